@@ -1,0 +1,154 @@
+"""The compiled Anakin program: rollout + update loops, vmapped over seeds, sharded over devices.
+
+Per device and per seed, one host call runs `num_updates` iterations of
+`rollout (lax.scan over T steps of a vmapped env batch) -> agent.update` inside a
+`lax.fori_loop`; the agent averages gradients over the device axis with `lax.pmean`.
+Seeds are an outer `vmap`; devices are a `jax.shard_map` over a 1-D mesh. The trip count
+is a traced argument, so a short last call reuses the same executable.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
+
+from anakin.rollout import EnvCarry, EpisodeStats, reset_envs, rollout
+from podracer import parallel
+from podracer.envs import JaxEnv
+from podracer.types import Agent, AgentState, PRNGKey
+
+AXIS = "device"
+
+
+class RunnerState(NamedTuple):
+    """Everything a run needs to continue exactly: a pytree with a leading seed axis.
+
+    agent: `[S, ...]`, replicated over devices.
+    envs:  `[S, B, ...]`, environments sharded over devices (B = all envs of a seed).
+    key:   `[S, D]`, one key per seed and device, sharded over devices.
+    """
+
+    agent: AgentState
+    envs: EnvCarry
+    key: PRNGKey
+
+
+class CallMetrics(NamedTuple):
+    """What one host call reports, each `[S]`: agent metrics summed over its updates and
+    episode statistics summed over every device."""
+
+    agent: dict[str, jax.Array]
+    episodes: EpisodeStats
+
+
+def state_specs(state: Any) -> RunnerState:
+    """Partition specs of a `RunnerState` (or a tree of the same structure)."""
+    return RunnerState(
+        agent=jax.tree.map(lambda _: P(), state.agent),
+        envs=jax.tree.map(lambda _: P(None, AXIS), state.envs),
+        key=P(None, AXIS),
+    )
+
+
+def init_state(
+    env: JaxEnv, env_params: Any, agent: Agent, mesh: Mesh, key: PRNGKey, num_seeds: int, num_envs: int
+) -> RunnerState:
+    """Initial state, placed on the mesh. Agents are initialised one seed at a time and
+    stacked (a vmapped orthogonal init can deadlock on CPU, see DESIGN.md)."""
+    num_devices = mesh.devices.size
+    seed_keys = jax.random.split(key, num_seeds)
+    init = jax.jit(agent.init)
+    agents, envs, keys = [], [], []
+    for seed_key in seed_keys:
+        agent_key, env_key, run_key = jax.random.split(seed_key, 3)
+        agents.append(init(agent_key))
+        envs.append(jax.jit(reset_envs, static_argnums=(0, 3))(env, env_params, env_key, num_envs))
+        keys.append(jax.random.split(run_key, num_devices))
+    stack = lambda *xs: jnp.stack(xs)  # noqa: E731
+    state = RunnerState(jax.tree.map(stack, *agents), jax.tree.map(stack, *envs), jnp.stack(keys))
+    return jax.tree.map(lambda x, s: parallel.shard(x, mesh, s), state, state_specs(state))
+
+
+def make_train_call(
+    env: JaxEnv, env_params: Any, agent: Agent, mesh: Mesh, rollout_length: int
+) -> Callable[[RunnerState, jax.Array], tuple[RunnerState, CallMetrics]]:
+    """`(state, num_updates) -> (state, metrics)`, jitted, state donated."""
+
+    def one_seed(agent_state: AgentState, envs: EnvCarry, key: PRNGKey, num_updates: jax.Array):
+        metric_shapes = jax.eval_shape(agent.update, agent_state, _trajectory_shape(agent_state, envs, key), key)[1]
+        metric_sums = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), metric_shapes)
+        stats = parallel.to_varying(EpisodeStats.zeros(), AXIS)
+
+        def body(_, carry):
+            agent_state, envs, key, stats, metric_sums = carry
+            key, rollout_key, update_key = jax.random.split(key, 3)
+            envs, traj, episode_stats = rollout(
+                env, env_params, agent.act, agent_state.params, envs, rollout_key, rollout_length
+            )
+            agent_state, metrics = agent.update(agent_state, traj, update_key)
+            metric_sums = jax.tree.map(jnp.add, metric_sums, metrics)
+            return agent_state, envs, key, stats + episode_stats, metric_sums
+
+        agent_state, envs, key, stats, metric_sums = jax.lax.fori_loop(
+            0, num_updates, body, (agent_state, envs, key, stats, metric_sums)
+        )
+        stats = jax.lax.psum(stats, AXIS)
+        return agent_state, envs, key, CallMetrics(metric_sums, stats)
+
+    def _trajectory_shape(agent_state, envs, key):
+        return jax.eval_shape(
+            lambda: rollout(env, env_params, agent.act, agent_state.params, envs, key, rollout_length)[1]
+        )
+
+    def per_device(state: RunnerState, num_updates: jax.Array):
+        agent_state, envs, key, metrics = jax.vmap(one_seed, in_axes=(0, 0, 0, None))(
+            state.agent, state.envs, state.key[:, 0], num_updates
+        )
+        return RunnerState(agent_state, envs, key[:, None]), metrics
+
+    def call(state: RunnerState, num_updates: jax.Array):
+        specs = state_specs(state)
+        metric_specs = P()
+        sharded = jax.shard_map(
+            per_device, mesh=mesh, in_specs=(specs, P()), out_specs=(specs, metric_specs)
+        )
+        return sharded(state, num_updates)
+
+    return jax.jit(call, donate_argnums=0)
+
+
+def make_rollout_call(
+    env: JaxEnv, env_params: Any, agent: Agent, mesh: Mesh, rollout_length: int
+) -> Callable[[RunnerState, jax.Array], tuple[RunnerState, EpisodeStats]]:
+    """Acting only, no learning: the same env batch and network as `make_train_call`.
+    Its throughput is the physical limit a training program can approach."""
+
+    def one_seed(agent_state: AgentState, envs: EnvCarry, key: PRNGKey, num_rollouts: jax.Array):
+        def body(_, carry):
+            envs, key, stats = carry
+            key, rollout_key = jax.random.split(key)
+            envs, _, episode_stats = rollout(
+                env, env_params, agent.act, agent_state.params, envs, rollout_key, rollout_length
+            )
+            return envs, key, stats + episode_stats
+
+        stats = parallel.to_varying(EpisodeStats.zeros(), AXIS)
+        envs, key, stats = jax.lax.fori_loop(0, num_rollouts, body, (envs, key, stats))
+        return envs, key, jax.lax.psum(stats, AXIS)
+
+    def per_device(state: RunnerState, num_rollouts: jax.Array):
+        envs, key, stats = jax.vmap(one_seed, in_axes=(0, 0, 0, None))(
+            state.agent, state.envs, state.key[:, 0], num_rollouts
+        )
+        return RunnerState(state.agent, envs, key[:, None]), stats
+
+    def call(state: RunnerState, num_rollouts: jax.Array):
+        specs = state_specs(state)
+        sharded = jax.shard_map(per_device, mesh=mesh, in_specs=(specs, P()), out_specs=(specs, P()))
+        return sharded(state, num_rollouts)
+
+    return jax.jit(call, donate_argnums=0)

@@ -1,0 +1,35 @@
+"""Named experiment presets: complete, typed configs that the command line can override."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from anakin.config import AnakinConfig
+from podracer.agents import PPOConfig
+from podracer.config import Config, EnvConfig
+
+
+def ppo_cartpole_anakin() -> Config:
+    """PPO on CartPole-v1 with the CleanRL / PureJaxRL hyperparameters; learns in ~1 min on a CPU."""
+    return Config(
+        env=EnvConfig("CartPole-v1"),
+        agent=PPOConfig(),
+        arch=AnakinConfig(num_envs=4, rollout_length=128),
+        total_env_steps=500_000,
+    )
+
+
+def ppo_catch_anakin() -> Config:
+    """PPO on Catch, the Podracer paper's example; a few seconds to a perfect score."""
+    return Config(
+        env=EnvConfig("Catch"),
+        agent=PPOConfig(learning_rate=1e-3, num_minibatches=4, entropy_coef=0.01),
+        arch=AnakinConfig(num_envs=32, rollout_length=16, updates_per_call=20),
+        total_env_steps=100_000,
+    )
+
+
+PRESETS: dict[str, Callable[[], Config]] = {
+    "ppo-cartpole-anakin": ppo_cartpole_anakin,
+    "ppo-catch-anakin": ppo_catch_anakin,
+}

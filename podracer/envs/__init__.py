@@ -1,0 +1,38 @@
+"""Environments: the JAX protocol (Anakin) and its registry."""
+
+from __future__ import annotations
+
+import difflib
+from typing import Callable
+
+from podracer.envs.base import EnvState, JaxEnv
+from podracer.envs.catch import Catch
+from podracer.envs.gymnax_env import GYMNAX_IDS, GymnaxEnv
+
+__all__ = ["EnvState", "JaxEnv", "Catch", "GymnaxEnv", "make_jax_env", "jax_env_ids", "UnknownEnvError"]
+
+
+class UnknownEnvError(ValueError):
+    """An environment id that no registry knows; the message lists close matches."""
+
+
+_BUILTIN: dict[str, Callable[[], JaxEnv]] = {"Catch": Catch}
+
+
+def jax_env_ids() -> list[str]:
+    return sorted(_BUILTIN) + list(GYMNAX_IDS)
+
+
+def unknown_env_error(env_id: str, known: list[str], kind: str) -> UnknownEnvError:
+    close = difflib.get_close_matches(env_id, known, n=3, cutoff=0.5)
+    hint = f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(known)}"
+    return UnknownEnvError(f"unknown {kind} environment {env_id!r}{hint}")
+
+
+def make_jax_env(env_id: str) -> JaxEnv:
+    """Build a JAX environment by id: built-ins (`Catch`) or gymnax ids (`CartPole-v1`)."""
+    if env_id in _BUILTIN:
+        return _BUILTIN[env_id]()
+    if env_id in GYMNAX_IDS:
+        return GymnaxEnv(env_id)
+    raise unknown_env_error(env_id, jax_env_ids(), "JAX")

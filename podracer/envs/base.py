@@ -1,0 +1,103 @@
+"""The JAX environment protocol (Anakin): pure, keyed, auto-resetting, gymnax 1.0 style.
+
+An environment implements the raw dynamics (`reset_env`, `step_env` that reports only true
+termination) and inherits `reset`/`step`, which add what every learner relies on and what
+is easy to get wrong when each environment does it by itself:
+
+- auto-reset, with the final observation of the episode that ended kept in the TimeStep;
+- truncation by a time limit computed from elapsed steps, never mixed with termination;
+- running episode return and length for logging.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from podracer.types import Array, DiscreteSpec, ObsSpec, PRNGKey, TimeStep
+
+
+@struct.dataclass
+class EnvState:
+    """Wrapper state: the environment's own state plus the bookkeeping of `JaxEnv.step`."""
+
+    inner: Any
+    time: Array  # int32: steps taken in the current episode
+    episode_return: Array  # float32: undiscounted return so far
+
+
+class JaxEnv:
+    """Base class of JAX environments. Subclasses implement the raw dynamics.
+
+    `params` is an environment-specific pytree (or None); `default_params` supplies it.
+    Observation dtypes are whatever the environment produces (float32 or uint8).
+    """
+
+    name: str = "env"
+
+    @property
+    def default_params(self) -> Any:
+        return None
+
+    # --- to implement -----------------------------------------------------------------
+    def reset_env(self, key: PRNGKey, params: Any) -> tuple[Any, Array]:
+        """Start an episode: `(inner_state, obs)`."""
+        raise NotImplementedError
+
+    def step_env(
+        self, key: PRNGKey, state: Any, action: Array, params: Any
+    ) -> tuple[Any, Array, Array, Array]:
+        """One transition: `(inner_state, obs, reward, terminated)`; no time limit here."""
+        raise NotImplementedError
+
+    def max_episode_steps(self, params: Any) -> int:
+        """Time limit: an episode is truncated after this many steps."""
+        raise NotImplementedError
+
+    def observation_spec(self, params: Any) -> ObsSpec:
+        raise NotImplementedError
+
+    def action_spec(self, params: Any) -> DiscreteSpec:
+        raise NotImplementedError
+
+    # --- provided ---------------------------------------------------------------------
+    def reset(self, key: PRNGKey, params: Any = None) -> tuple[EnvState, Array]:
+        params = self.default_params if params is None else params
+        inner, obs = self.reset_env(key, params)
+        return EnvState(inner, jnp.zeros((), jnp.int32), jnp.zeros((), jnp.float32)), obs
+
+    def step(
+        self, key: PRNGKey, state: EnvState, action: Array, params: Any = None
+    ) -> tuple[EnvState, TimeStep]:
+        """Step, then reset if the episode ended. Not batched: `vmap` it."""
+        params = self.default_params if params is None else params
+        step_key, reset_key = jax.random.split(key)
+        inner, obs, reward, terminated = self.step_env(step_key, state.inner, action, params)
+        reward = jnp.asarray(reward, jnp.float32)
+        terminated = jnp.asarray(terminated, jnp.bool_)
+        time = state.time + 1
+        truncated = (time >= self.max_episode_steps(params)) & ~terminated
+        done = terminated | truncated
+        episode_return = state.episode_return + reward
+
+        reset_inner, reset_obs = self.reset_env(reset_key, params)
+        next_inner = jax.tree.map(lambda r, s: jnp.where(done, r, s), reset_inner, inner)
+        next_obs = jnp.where(done, reset_obs, obs)
+        next_state = EnvState(
+            inner=next_inner,
+            time=jnp.where(done, 0, time),
+            episode_return=jnp.where(done, 0.0, episode_return),
+        )
+        timestep = TimeStep(
+            obs=next_obs,
+            reward=reward,
+            terminated=terminated,
+            truncated=truncated,
+            final_obs=obs,
+            episode_return=episode_return,
+            episode_length=time,
+        )
+        return next_state, timestep

@@ -1,0 +1,64 @@
+"""Adapter from gymnax 1.0 environments to the podracer `JaxEnv` protocol."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax.numpy as jnp
+
+from podracer.envs.base import JaxEnv
+from podracer.types import DiscreteSpec, ObsSpec
+
+# gymnax folds its time limit into `done`; the adapter turns it off inside gymnax
+# (an unreachable limit) and applies it itself, so termination and truncation stay apart.
+_NO_LIMIT = 2**30
+
+GYMNAX_IDS = (
+    "CartPole-v1",
+    "Acrobot-v1",
+    "MountainCar-v0",
+    "Asterix-MinAtar",
+    "Breakout-MinAtar",
+    "Freeway-MinAtar",
+    "SpaceInvaders-MinAtar",
+    "Catch-bsuite",
+    "DeepSea-bsuite",
+    "MemoryChain-bsuite",
+    "UmbrellaChain-bsuite",
+    "DiscountingChain-bsuite",
+    "FourRooms-misc",
+)
+
+
+class GymnaxEnv(JaxEnv):
+    """A gymnax environment with discrete actions, e.g. `GymnaxEnv("CartPole-v1")`."""
+
+    def __init__(self, env_id: str, **kwargs: Any):
+        import gymnax  # imported lazily: it pulls in matplotlib
+
+        self.name = env_id
+        self._env, params = gymnax.make(env_id, **kwargs)
+        self._max_steps = int(params.max_steps_in_episode)
+        self._params = params.replace(max_steps_in_episode=_NO_LIMIT)
+
+    @property
+    def default_params(self) -> Any:
+        return self._params
+
+    def reset_env(self, key, params):
+        obs, state = self._env.reset_env(key, params)
+        return state, obs
+
+    def step_env(self, key, state, action, params):
+        obs, state, reward, terminated, _ = self._env.step_env(key, state, action, params)
+        return state, obs, reward, terminated
+
+    def max_episode_steps(self, params: Any) -> int:
+        return self._max_steps
+
+    def observation_spec(self, params: Any) -> ObsSpec:
+        space = self._env.observation_space(params)
+        return ObsSpec(tuple(space.shape), jnp.dtype(space.dtype))
+
+    def action_spec(self, params: Any) -> DiscreteSpec:
+        return DiscreteSpec(int(self._env.num_actions))

@@ -1,0 +1,54 @@
+"""Flax networks: torsos (MLP; Atari CNNs live beside them) and actor-critic heads."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+_ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu, "gelu": nn.gelu}
+
+
+def orthogonal(scale: float = np.sqrt(2.0)) -> nn.initializers.Initializer:
+    return nn.initializers.orthogonal(scale)
+
+
+class MLP(nn.Module):
+    """Flattens its input and applies `Dense -> activation` layers (orthogonal init)."""
+
+    hidden_sizes: Sequence[int] = (64, 64)
+    activation: str = "tanh"
+    obs_ndim: int = 1  # trailing axes of one observation, flattened together
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x = x.astype(jnp.float32)
+        if self.obs_ndim != 1:
+            x = x.reshape(x.shape[: x.ndim - self.obs_ndim] + (-1,))
+        for size in self.hidden_sizes:
+            x = nn.Dense(size, kernel_init=orthogonal(), bias_init=nn.initializers.zeros)(x)
+            x = _ACTIVATIONS[self.activation](x)
+        return x
+
+
+class ActorCritic(nn.Module):
+    """Policy logits and state value, `obs [B, ...] -> (logits [B, A], value [B])`.
+
+    With a `critic_torso` the actor and the critic have separate torsos (the CleanRL and
+    PureJaxRL choice for classic control); without one they share `torso` (the Atari choice).
+    """
+
+    num_actions: int
+    torso: nn.Module
+    critic_torso: nn.Module | None = None
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
+        hidden_pi = self.torso(obs)
+        hidden_v = hidden_pi if self.critic_torso is None else self.critic_torso(obs)
+        logits = nn.Dense(self.num_actions, kernel_init=orthogonal(0.01), name="policy")(hidden_pi)
+        value = nn.Dense(1, kernel_init=orthogonal(1.0), name="value")(hidden_v)
+        return logits, value.squeeze(-1)

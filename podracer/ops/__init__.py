@@ -1,0 +1,6 @@
+"""Pure losses and returns over one trajectory, rlax style (vmap for batches)."""
+
+from podracer.ops.returns import gae_advantages
+from podracer.ops.losses import clipped_surrogate_loss, entropy_loss, categorical_log_prob
+
+__all__ = ["gae_advantages", "clipped_surrogate_loss", "entropy_loss", "categorical_log_prob"]

@@ -1,0 +1,48 @@
+"""Returns and advantage estimators."""
+
+from __future__ import annotations
+
+import chex
+import jax
+import jax.numpy as jnp
+
+Array = jax.Array
+
+
+def gae_advantages(
+    r_t: Array,
+    discount_t: Array,
+    v_tm1: Array,
+    v_t: Array,
+    lambda_: float | Array,
+    end_t: Array,
+) -> tuple[Array, Array]:
+    """Generalized advantage estimation (Schulman et al. 2016, eq. 11-16) for one trajectory.
+
+    All inputs are `[T]`, time-major, for the transition `s_{t-1} -> s_t`:
+      r_t:        reward.
+      discount_t: `gamma` where the episode went on *or was truncated*, 0 where it terminated.
+      v_tm1:      value of the state the action was taken in.
+      v_t:        value of the successor state, before any auto-reset (for a truncated
+                  episode, the value of its final observation).
+      end_t:      1 where the episode ended (terminated or truncated): the recursion stops
+                  there, so no advantage leaks across episodes.
+
+    A terminated episode bootstraps from nothing (`discount_t = 0`); a truncated one
+    bootstraps from `v_t` and then stops. Returns `(advantages [T], value_targets [T])`.
+    """
+    chex.assert_rank([r_t, discount_t, v_tm1, v_t, end_t], 1)
+    chex.assert_equal_shape([r_t, discount_t, v_tm1, v_t, end_t])
+    delta = r_t + discount_t * v_t - v_tm1
+    # Where the episode ended the trace is cut; elsewhere it decays by gamma * lambda.
+    gamma_lambda = jnp.where(end_t, 0.0, discount_t * lambda_)
+
+    def backward(acc, inputs):
+        delta_t, gl_t = inputs
+        acc = delta_t + gl_t * acc
+        return acc, acc
+
+    _, advantages = jax.lax.scan(
+        backward, jnp.zeros_like(delta[0]), (delta, gamma_lambda), reverse=True
+    )
+    return advantages, advantages + v_tm1

@@ -1,0 +1,71 @@
+"""Meshes, data placement and cross-device averaging (JAX 0.10, `jax.shard_map`).
+
+Gradient averaging, done once, here. Under `shard_map(check_vma=True)` parameters that
+enter replicated are *device-invariant*; differentiating a per-device loss with respect
+to them already sums the gradient over the mesh (the transpose of the implicit broadcast),
+and a `pmean` on top leaves that N-times-too-large sum unchanged. `value_and_mean_grad`
+casts the parameters to device-varying first, so the gradient is the local one, and then
+averages it with `lax.pmean`: the pmap data-parallel model. `tests/test_parallel.py`
+checks that N devices give the gradient of the same global batch on one.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+AxisName = str | tuple[str, ...] | None
+
+
+def make_mesh(devices: Sequence[jax.Device], axis_name: str = "device") -> Mesh:
+    """A 1-D mesh over `devices` with one named data-parallel axis."""
+    return Mesh(np.asarray(devices), (axis_name,))
+
+
+def shard(tree: Any, mesh: Mesh, spec: P) -> Any:
+    """Place every leaf of `tree` on `mesh` with partition `spec`."""
+    return jax.device_put(tree, NamedSharding(mesh, spec))
+
+
+def replicate(tree: Any, mesh: Mesh) -> Any:
+    return shard(tree, mesh, P())
+
+
+def pmean(tree: Any, axis_name: AxisName) -> Any:
+    """`lax.pmean` over `axis_name`, or the identity when there is no axis."""
+    return tree if axis_name is None else jax.lax.pmean(tree, axis_name)
+
+
+def value_and_mean_grad(
+    fn: Callable[..., Any], axis_name: AxisName, has_aux: bool = False
+) -> Callable[..., tuple[Any, Any]]:
+    """`jax.value_and_grad(fn)` whose gradient is averaged over the mesh axis.
+
+    Use it inside `shard_map` (any `check_vma`) or outside (axis_name=None). The value is
+    the local one; average it yourself if you log it.
+    """
+    value_and_grad = jax.value_and_grad(fn, has_aux=has_aux)
+    if axis_name is None:
+        return value_and_grad
+
+    def wrapped(params: Any, *args: Any) -> tuple[Any, Any]:
+        params = to_varying(params, axis_name)
+        value, grads = value_and_grad(params, *args)
+        return value, jax.lax.pmean(grads, axis_name)
+
+    return wrapped
+
+
+def to_varying(tree: Any, axis_name: AxisName) -> Any:
+    """Mark device-invariant leaves as device-varying (no-op for varying ones)."""
+    names = (axis_name,) if isinstance(axis_name, str) else tuple(axis_name)
+
+    def cast(x: Any) -> Any:
+        missing = tuple(n for n in names if n not in jax.typeof(x).manual_axis_type.varying)
+        return jax.lax.pcast(x, missing, to="varying") if missing else x
+
+    return jax.tree.map(cast, tree)
