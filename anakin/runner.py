@@ -43,6 +43,7 @@ class TrainResult(NamedTuple):
     metrics: list[dict[str, Any]]  # one row per host call, as written to metrics.jsonl
     state: RunnerState  # final state: `state.agent.params` has a leading seed axis
     agent: Agent
+    run_dir: str | None = None  # set by `experiments.train`
 
 
 def select_devices(indices: tuple[int, ...]) -> list[jax.Device]:

@@ -126,7 +126,7 @@ def make_ppo(
         (_, metrics), grads = grad_fn(params, minibatch)
         updates, opt_state = optimizer.update(grads, opt_state, params)
         params = optax.apply_updates(params, updates)
-        metrics["grad_norm"] = optax.global_norm(grads)
+        metrics["grad_norm"] = optax.tree.norm(grads)
         return (params, opt_state), metrics
 
     def epoch(carry, key):

@@ -8,6 +8,7 @@ from typing import Callable
 from podracer.envs.base import EnvState, JaxEnv
 from podracer.envs.catch import Catch
 from podracer.envs.gymnax_env import GYMNAX_IDS, GymnaxEnv
+from podracer.envs.probes import PROBES
 
 __all__ = ["EnvState", "JaxEnv", "Catch", "GymnaxEnv", "make_jax_env", "jax_env_ids", "UnknownEnvError"]
 
@@ -16,7 +17,7 @@ class UnknownEnvError(ValueError):
     """An environment id that no registry knows; the message lists close matches."""
 
 
-_BUILTIN: dict[str, Callable[[], JaxEnv]] = {"Catch": Catch}
+_BUILTIN: dict[str, Callable[[], JaxEnv]] = {"Catch": Catch, **PROBES}
 
 
 def jax_env_ids() -> list[str]:

@@ -1,0 +1,114 @@
+"""The `podracer` command: list, train, bench.
+
+User errors (unknown preset or field, bad value, impossible sizes, unwritable run dir)
+exit with status 2 and one line on stderr naming the problem, before anything compiles.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import NoReturn
+
+from podracer.config import ConfigError
+
+USAGE_ERROR = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, no usage dump
+        print(f"podracer: error: {message}", file=sys.stderr)
+        raise SystemExit(USAGE_ERROR)
+
+
+def _fail(message: str) -> NoReturn:
+    print(f"podracer: error: {message}", file=sys.stderr)
+    raise SystemExit(USAGE_ERROR)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="podracer", description="Podracer: scalable RL in JAX (Anakin and Sebulba).")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    commands.add_parser("list", help="presets, environments, algorithms")
+
+    train = commands.add_parser(
+        "train", help="train a preset", description="podracer train PRESET [--section.field VALUE ...]"
+    )
+    train.add_argument("preset", help="preset name (see `podracer list`)")
+
+    bench = commands.add_parser("bench", help="throughput against the physical limit")
+    bench.add_argument("arch", choices=["anakin"])
+    bench.add_argument("--json", action="store_true", help="print one JSON line")
+    bench.add_argument("--preset", default=None, help="preset to measure (default: ppo-cartpole-<arch>)")
+    return parser
+
+
+def resolve_config(preset: str, overrides: list[str]):
+    from experiments.overrides import apply_overrides
+    from experiments.presets import PRESETS
+
+    if preset not in PRESETS:
+        import difflib
+
+        close = difflib.get_close_matches(preset, list(PRESETS), n=1)
+        hint = f"; did you mean {close[0]}?" if close else f"; run `podracer list`"
+        _fail(f"unknown preset {preset!r}{hint}")
+    return apply_overrides(PRESETS[preset](), overrides)
+
+
+def cmd_list() -> None:
+    from experiments.presets import PRESETS
+    from podracer.agents import ALGORITHMS
+    from podracer.envs import jax_env_ids
+
+    print("presets:")
+    for name, make in PRESETS.items():
+        print(f"  {name:28s} {(make.__doc__ or '').strip().splitlines()[0]}")
+    print("algorithms:\n  " + ", ".join(ALGORITHMS))
+    print("environments (Anakin, JAX):\n  " + ", ".join(jax_env_ids()))
+
+
+def cmd_train(preset: str, overrides: list[str]) -> None:
+    from experiments.train import train
+
+    config = resolve_config(preset, overrides)
+    result = train(config, name=preset)
+    last = next((row for row in reversed(result.metrics) if row.get("episode_return") is not None), None)
+    final = "-" if last is None else f"{last['episode_return']:.1f}"
+    print(f"done: {result.metrics[-1]['env_steps']:,} env steps, final return {final}, run dir {result.run_dir}")
+
+
+def cmd_bench(arch: str, preset: str | None, overrides: list[str], as_json: bool) -> None:
+    from experiments.bench import bench_anakin
+
+    config = resolve_config(preset or f"ppo-cartpole-{arch}", overrides)
+    result = bench_anakin(config)
+    if as_json:
+        print(json.dumps(result))
+    else:
+        for key, value in result.items():
+            print(f"{key:>10s}: {value}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "list" and rest:
+        _fail(f"unexpected arguments: {' '.join(rest)}")
+    try:
+        if args.command == "list":
+            cmd_list()
+        elif args.command == "train":
+            cmd_train(args.preset, rest)
+        elif args.command == "bench":
+            cmd_bench(args.arch, args.preset, rest, args.json)
+    except ConfigError as error:
+        _fail(str(error))
+    except KeyboardInterrupt:
+        print("podracer: interrupted", file=sys.stderr)
+        raise SystemExit(130)
+
+
+if __name__ == "__main__":
+    main()

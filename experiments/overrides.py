@@ -1,0 +1,136 @@
+"""Tyro-style command-line overrides of a config tree: `--agent.learning-rate 1e-3`.
+
+Each `--section.field VALUE` replaces one field; dashes stand for underscores. Values are
+parsed by the field's annotated type; tuples take several values or a comma list
+(`--arch.devices 0 1` or `--arch.devices 0,1`); a bool may stand alone (`--log.console`
+means true). The config is rebuilt with `dataclasses.replace`, so every section's own
+validation runs again. Unknown fields and bad values raise `OverrideError`, naming them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from typing import Any
+
+from podracer.config import ConfigError
+
+
+class OverrideError(ConfigError):
+    """A command-line override that names no field or holds a value of the wrong type."""
+
+
+def field_paths(config: Any, prefix: str = "") -> dict[str, Any]:
+    """Every leaf field of a config tree: dotted path -> annotated type."""
+    hints = typing.get_type_hints(type(config))
+    paths: dict[str, Any] = {}
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        path = f"{prefix}{field.name}"
+        if dataclasses.is_dataclass(value):
+            paths.update(field_paths(value, path + "."))
+        else:
+            paths[path] = hints[field.name]
+    return paths
+
+
+def split_overrides(args: list[str]) -> list[tuple[str, list[str]]]:
+    """`["--a.b", "1", "--c=2", "--d"]` -> `[("a.b", ["1"]), ("c", ["2"]), ("d", [])]`."""
+    pairs: list[tuple[str, list[str]]] = []
+    for arg in args:
+        if arg.startswith("--"):
+            name, eq, value = arg[2:].partition("=")
+            pairs.append((name.replace("-", "_"), [value] if eq else []))
+        elif pairs:
+            pairs[-1][1].append(arg)
+        else:
+            raise OverrideError(f"unexpected argument {arg!r}; overrides look like --agent.learning-rate 1e-3")
+    return pairs
+
+
+def apply_overrides(config: Any, args: list[str]) -> Any:
+    """Return `config` with the command-line overrides in `args` applied."""
+    paths = field_paths(config)
+    for path, values in split_overrides(args):
+        if path not in paths:
+            close = difflib.get_close_matches(path, list(paths), n=1)
+            hint = f"; did you mean --{close[0].replace('_', '-')}?" if close else ""
+            raise OverrideError(f"unknown field {path!r}{hint}")
+        config = _replace(config, path.split("."), parse_value(path, paths[path], values))
+    return config
+
+
+def _replace(config: Any, names: list[str], value: Any) -> Any:
+    head, *rest = names
+    new = value if not rest else _replace(getattr(config, head), rest, value)
+    return dataclasses.replace(config, **{head: new})
+
+
+def parse_value(path: str, annotation: Any, values: list[str]) -> Any:
+    """Parse the strings given for one field according to its annotation."""
+    origin = typing.get_origin(annotation)
+    if origin is tuple:
+        item_type = typing.get_args(annotation)[0]
+        items = [part for value in values for part in value.split(",") if part]
+        return tuple(parse_value(path, item_type, [item]) for item in items)
+    if annotation is bool:
+        if not values:
+            return True
+        return _parse_scalar(path, bool, _single(path, values))
+    value = _single(path, values)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(annotation)
+        if type(None) in options and value.lower() in ("none", "null"):
+            return None
+        for option in options:
+            if option is not type(None):
+                try:
+                    return parse_value(path, option, [value])
+                except OverrideError:
+                    continue
+        raise OverrideError(f"{path} expects {_type_name(annotation)}, got {value!r}")
+    if origin is typing.Literal:
+        choices = typing.get_args(annotation)
+        if value not in choices:
+            raise OverrideError(f"{path} must be one of {', '.join(map(str, choices))}; got {value!r}")
+        return value
+    return _parse_scalar(path, annotation, value)
+
+
+def _single(path: str, values: list[str]) -> str:
+    if len(values) != 1:
+        raise OverrideError(f"--{path.replace('_', '-')} takes one value, got {len(values)}")
+    return values[0]
+
+
+def _parse_scalar(path: str, annotation: Any, value: str) -> Any:
+    try:
+        if annotation is bool:
+            lowered = value.lower()
+            if lowered in ("true", "1", "yes", "on"):
+                return True
+            if lowered in ("false", "0", "no", "off"):
+                return False
+            raise ValueError(value)
+        if annotation is int:
+            return int(float(value)) if _is_integral_float(value) else int(value)
+        if annotation in (float, str):
+            return annotation(value)
+    except ValueError:
+        raise OverrideError(f"{path} expects {_type_name(annotation)}, got {value!r}") from None
+    raise OverrideError(f"{path} has a type ({_type_name(annotation)}) that cannot be set from the command line")
+
+
+def _is_integral_float(value: str) -> bool:
+    """Accept `5e5` for an int field, but not `0.5`."""
+    try:
+        number = float(value)
+    except ValueError:
+        return False
+    return "e" in value.lower() and number.is_integer()
+
+
+def _type_name(annotation: Any) -> str:
+    return getattr(annotation, "__name__", str(annotation))

@@ -1,0 +1,88 @@
+"""Probe environments (after rejax / Andy Jones's debugging probes): tiny tasks whose
+solution is known in closed form, so an agent's learning machinery can be checked in
+seconds. Observations are `[1]` float32; every episode lasts one or two steps.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from podracer.envs.base import JaxEnv
+from podracer.types import DiscreteSpec, ObsSpec
+
+
+@struct.dataclass
+class ProbeState:
+    obs: jax.Array
+    t: jax.Array
+
+
+class _Probe(JaxEnv):
+    num_actions = 2
+    length = 1
+
+    def observation_spec(self, params: Any) -> ObsSpec:
+        return ObsSpec((1,), jnp.dtype(jnp.float32))
+
+    def action_spec(self, params: Any) -> DiscreteSpec:
+        return DiscreteSpec(self.num_actions)
+
+    def max_episode_steps(self, params: Any) -> int:
+        return 100  # never reached
+
+    def reset_env(self, key, params):
+        obs = self._first_obs(key)
+        return ProbeState(obs, jnp.zeros((), jnp.int32)), obs
+
+    def _first_obs(self, key) -> jax.Array:
+        return jnp.zeros((1,), jnp.float32)
+
+
+class ConstantRewardProbe(_Probe):
+    """One step, reward +1: the value of the first observation must learn 1."""
+
+    name = "ProbeConstantReward"
+
+    def step_env(self, key, state, action, params):
+        return state, state.obs, jnp.float32(1.0), jnp.bool_(True)
+
+
+class ObsRewardProbe(_Probe):
+    """One step, observation +-1, reward equal to it: the value must learn V(obs) = obs."""
+
+    name = "ProbeObsReward"
+
+    def _first_obs(self, key):
+        return jnp.where(jax.random.bernoulli(key), 1.0, -1.0)[None].astype(jnp.float32)
+
+    def step_env(self, key, state, action, params):
+        return state, state.obs, state.obs[0], jnp.bool_(True)
+
+
+class ActionRewardProbe(ObsRewardProbe):
+    """One step, observation +-1; reward +1 for action 1 when obs is +1 and action 0 when
+    it is -1, else -1: the policy must learn to read the observation."""
+
+    name = "ProbeActionReward"
+
+    def step_env(self, key, state, action, params):
+        correct = (action == 1) == (state.obs[0] > 0)
+        return state, state.obs, jnp.where(correct, 1.0, -1.0), jnp.bool_(True)
+
+
+class DiscountingProbe(_Probe):
+    """Two steps, reward +1 at the end: V(first) = gamma, V(second) = 1."""
+
+    name = "ProbeDiscounting"
+
+    def step_env(self, key, state, action, params):
+        state = ProbeState(jnp.ones((1,), jnp.float32), state.t + 1)
+        done = state.t >= 2
+        return state, state.obs, jnp.where(done, 1.0, 0.0), done
+
+
+PROBES = {p.name: p for p in (ConstantRewardProbe, ObsRewardProbe, ActionRewardProbe, DiscountingProbe)}

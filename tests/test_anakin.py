@@ -1,0 +1,68 @@
+"""The Anakin runner end to end: learning on 4 devices, seeds, determinism, validation."""
+
+import dataclasses
+
+import jax
+import numpy as np
+import pytest
+
+import anakin
+from anakin import AnakinConfig
+from experiments.presets import PRESETS
+from podracer.config import Config, ConfigError, EnvConfig
+from podracer.agents import PPOConfig
+
+
+@pytest.mark.timeout(240)
+def test_ppo_learns_cartpole_on_4_devices():
+    """The ppo-cartpole-anakin preset, unchanged, on 4 fake devices: return near 500."""
+    config = PRESETS["ppo-cartpole-anakin"]()
+    assert len(jax.local_devices()) == 4
+    result = anakin.train(config)
+    returns = [row["episode_return"] for row in result.metrics if row["episode_return"] is not None]
+    assert max(returns) >= 475, returns
+    assert np.mean(returns[-3:]) >= 475, returns[-3:]
+    assert result.metrics[-1]["env_steps"] == 976 * 512
+    # The replicas on the 4 devices hold identical parameters.
+    for leaf in jax.tree.leaves(result.state.agent.params):
+        shards = [np.asarray(s.data) for s in leaf.addressable_shards]
+        assert len(shards) == 4
+        for shard in shards[1:]:
+            np.testing.assert_array_equal(shard, shards[0])
+
+
+@pytest.mark.timeout(180)
+def test_eight_seeds_in_one_program_each_learn():
+    config = dataclasses.replace(
+        PRESETS["ppo-catch-anakin"](), arch=AnakinConfig(num_envs=32, rollout_length=16, num_seeds=8, updates_per_call=40)
+    )
+    result = anakin.train(config)
+    per_seed = result.metrics[-1]["episode_return_per_seed"]
+    assert len(per_seed) == 8
+    assert min(per_seed) > 0.8, per_seed
+    # The seeds are independent agents: their parameters differ.
+    policy = np.asarray(jax.tree.leaves(result.state.agent.params)[0])
+    assert not np.allclose(policy[0], policy[1])
+
+
+@pytest.mark.timeout(120)
+def test_same_seed_same_run_and_call_split_does_not_matter():
+    base = Config(env=EnvConfig("Catch"), agent=PPOConfig(num_minibatches=2), total_env_steps=8 * 16 * 7,
+                  arch=AnakinConfig(num_envs=8, rollout_length=16, updates_per_call=3))
+    a = anakin.train(base)
+    b = anakin.train(dataclasses.replace(base, arch=dataclasses.replace(base.arch, updates_per_call=7)))
+    for x, y in zip(jax.tree.leaves(a.state.agent.params), jax.tree.leaves(b.state.agent.params)):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6, atol=1e-6)
+    assert [r["env_steps"] for r in a.metrics] == [384, 768, 896]
+
+
+def test_sizes_are_validated_before_compiling():
+    config = PRESETS["ppo-cartpole-anakin"]()
+    with pytest.raises(ConfigError, match="arch.num_envs.*divisible.*4"):
+        anakin.runner.setup(dataclasses.replace(config, arch=AnakinConfig(num_envs=6)))
+    with pytest.raises(ConfigError, match="arch.devices"):
+        anakin.runner.setup(dataclasses.replace(config, arch=AnakinConfig(devices=(7,))))
+    with pytest.raises(ConfigError, match="total_env_steps"):
+        anakin.runner.setup(dataclasses.replace(config, total_env_steps=100))
+    with pytest.raises(ConfigError, match="env.id.*CartPole-v1"):
+        anakin.runner.setup(dataclasses.replace(config, env=EnvConfig("CartPole-v2")))

@@ -1,0 +1,94 @@
+"""The `podracer` command: listing, overrides, and user errors (exit 2, one line)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from experiments.cli import main
+from experiments.overrides import OverrideError, apply_overrides
+from experiments.presets import PRESETS
+
+
+def run_main(capsys, *argv):
+    with pytest.raises(SystemExit) as exit_info:
+        main(list(argv))
+    return exit_info.value.code, capsys.readouterr()
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["train", "ppo-cartpole-anakinn"], "unknown preset 'ppo-cartpole-anakinn'; did you mean ppo-cartpole-anakin?"),
+        (["train", "ppo-cartpole-anakin", "--agent.learning-rat", "1"], "unknown field 'agent.learning_rat'"),
+        (["train", "ppo-cartpole-anakin", "--agent.learning-rate", "-1"], "agent.learning_rate must be > 0"),
+        (["train", "ppo-cartpole-anakin", "--agent.learning-rate", "fast"], "agent.learning_rate expects float"),
+        (["train", "ppo-cartpole-anakin", "--total-env-steps", "-5"], "total_env_steps must be > 0"),
+        (["train", "ppo-cartpole-anakin", "--arch.num-envs", "6"], "arch.num_envs must be divisible by the number of devices (4)"),
+        (["train", "ppo-cartpole-anakin", "--env.id", "CartPole-v0"], "env.id: unknown JAX environment 'CartPole-v0'"),
+        (["train", "ppo-cartpole-anakin", "--arch.devices", "0,9"], "arch.devices names device 9"),
+        (["train", "ppo-cartpole-anakin", "--agent.activation", "sigmoid"], "agent.activation must be one of"),
+        (["train", "ppo-cartpole-anakin", "--log.console", "maybe"], "log.console expects bool"),
+        (["train", "ppo-cartpole-anakin", "--run-dir", "/proc/podracer-test"], "run_dir '/proc/podracer-test' is not writable"),
+        (["bench", "sebulbaa"], "invalid choice"),
+    ],
+)
+def test_user_errors_exit_2_with_one_line(capsys, argv, message):
+    code, out = run_main(capsys, *argv)
+    assert code == 2
+    lines = out.err.strip().splitlines()
+    assert len(lines) == 1, out.err
+    assert lines[0].startswith("podracer: error: ") and message in lines[0], lines[0]
+    assert "Traceback" not in out.err
+
+
+def test_unwritable_run_dir_fails_before_compiling(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    code, out = run_main(capsys, "train", "ppo-catch-anakin", "--run-dir", str(blocker / "run"))
+    assert code == 2 and "not writable" in out.err
+
+
+def test_overrides_parse_each_type():
+    config = apply_overrides(
+        PRESETS["ppo-cartpole-anakin"](),
+        ["--seed=3", "--agent.hidden-sizes", "32", "16", "--arch.devices", "0,1", "--log.tensorboard", "false",
+         "--log.console", "--total-env-steps", "1e5", "--run-dir", "none"],
+    )
+    assert config.seed == 3 and config.total_env_steps == 100_000
+    assert config.agent.hidden_sizes == (32, 16) and config.arch.devices == (0, 1)
+    assert config.log.tensorboard is False and config.log.console is True and config.run_dir is None
+    with pytest.raises(OverrideError, match="seed expects int"):
+        apply_overrides(config, ["--seed", "0.5"])
+    with pytest.raises(OverrideError, match="takes one value"):
+        apply_overrides(config, ["--seed", "1", "2"])
+
+
+def test_list_shows_presets(capsys):
+    main(["list"])
+    out = capsys.readouterr().out
+    assert "ppo-cartpole-anakin" in out and "CartPole-v1" in out and "ppo" in out
+
+
+@pytest.mark.timeout(180)
+def test_train_writes_run_directory(tmp_path):
+    """The real console script, end to end, on a small Catch budget."""
+    run_dir = tmp_path / "run"
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+    proc = subprocess.run(
+        [sys.executable, "-m", "experiments.cli", "train", "ppo-catch-anakin", "--total-env-steps", "20480",
+         "--run-dir", str(run_dir), "--log.console", "false"],
+        capture_output=True, text=True, env=env, timeout=170,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "done:" in proc.stdout
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["env"]["id"] == "Catch" and config["total_env_steps"] == 20480
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["env_steps"] == 20480
+    for row in rows:
+        assert {"env_steps", "sps", "wall_s", "episode_return"} <= set(row)
+        assert isinstance(row["env_steps"], int) and row["sps"] > 0
+    assert any(name.startswith("events") for name in os.listdir(run_dir / "tensorboard"))

@@ -1,0 +1,78 @@
+"""Ops against hand-computed values and rlax."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import rlax
+
+from podracer.ops import categorical_log_prob, clipped_surrogate_loss, entropy_loss, gae_advantages
+
+
+@pytest.fixture(params=["jit", "nojit"])
+def variant(request):
+    """Run each op test with and without jit (chex.variants' idea, pytest-native)."""
+    return jax.jit if request.param == "jit" else (lambda f: f)
+
+
+class TestGae:
+    def test_hand_computed(self, variant):
+        gamma, lam = 0.9, 0.5
+        r = jnp.array([1.0, 2.0, 3.0])
+        v_tm1 = jnp.array([0.5, 1.0, 1.5])
+        v_t = jnp.array([1.0, 1.5, 2.0])
+        discount = jnp.full(3, gamma)
+        end = jnp.zeros(3, bool)
+        adv, target = variant(gae_advantages)(r, discount, v_tm1, v_t, lam, end)
+        d = [1 + 0.9 * 1.0 - 0.5, 2 + 0.9 * 1.5 - 1.0, 3 + 0.9 * 2.0 - 1.5]
+        a2 = d[2]
+        a1 = d[1] + 0.45 * a2
+        a0 = d[0] + 0.45 * a1
+        np.testing.assert_allclose(adv, [a0, a1, a2], rtol=1e-6)
+        np.testing.assert_allclose(target, np.array([a0, a1, a2]) + np.asarray(v_tm1), rtol=1e-6)
+
+    def test_matches_rlax_without_truncation(self, variant):
+        key = jax.random.key(0)
+        T = 16
+        k1, k2, k3 = jax.random.split(key, 3)
+        r = jax.random.normal(k1, (T,))
+        values = jax.random.normal(k2, (T + 1,))
+        terminated = jax.random.bernoulli(k3, 0.2, (T,))
+        discount = 0.99 * (1.0 - terminated)
+        expected = rlax.truncated_generalized_advantage_estimation(r, discount, 0.95, values)
+        adv, _ = variant(gae_advantages)(r, discount, values[:-1], values[1:], 0.95, terminated)
+        np.testing.assert_allclose(adv, expected, atol=1e-5)
+
+    def test_truncation_bootstraps_termination_does_not(self, variant):
+        """Both end the episode at t=1; only truncation keeps gamma * V(final obs)."""
+        r = jnp.array([0.0, 1.0, 0.0])
+        v_tm1 = jnp.zeros(3)
+        v_t = jnp.array([0.0, 10.0, 0.0])  # V(final obs) = 10 at the step that ended
+        gamma = 0.9
+        end = jnp.array([False, True, False])
+        trunc_adv, _ = variant(gae_advantages)(r, jnp.full(3, gamma), v_tm1, v_t, 1.0, end)
+        term_adv, _ = variant(gae_advantages)(r, jnp.array([gamma, 0.0, gamma]), v_tm1, v_t, 1.0, end)
+        np.testing.assert_allclose(trunc_adv[1], 1.0 + 0.9 * 10.0)
+        np.testing.assert_allclose(term_adv[1], 1.0)
+        # Nothing from the next episode (t=2) leaks into t=1 in either case.
+        np.testing.assert_allclose(trunc_adv[0], 0.9 * trunc_adv[1])
+        np.testing.assert_allclose(term_adv[0], 0.9 * term_adv[1])
+
+    def test_rejects_bad_rank(self, variant):
+        with pytest.raises(AssertionError):
+            gae_advantages(jnp.zeros((2, 3)), jnp.zeros((2, 3)), jnp.zeros((2, 3)), jnp.zeros((2, 3)), 0.9,
+                           jnp.zeros((2, 3), bool))
+
+
+def test_clipped_surrogate_hand_computed():
+    log_ratio = jnp.log(jnp.array([1.5, 0.5, 1.1]))
+    adv = jnp.array([1.0, 1.0, -1.0])
+    # min(1.5, 1.2) = 1.2 ; min(0.5, 0.8) = 0.5 ; min(-1.1, -1.1) = -1.1
+    np.testing.assert_allclose(clipped_surrogate_loss(log_ratio, adv, 0.2), -(1.2 + 0.5 - 1.1) / 3, rtol=1e-6)
+
+
+def test_entropy_and_log_prob():
+    logits = jnp.log(jnp.array([[0.5, 0.5], [0.25, 0.75]]))
+    np.testing.assert_allclose(entropy_loss(logits), -np.mean([np.log(2), -(0.25 * np.log(0.25) + 0.75 * np.log(0.75))]),
+                               rtol=1e-6)
+    np.testing.assert_allclose(categorical_log_prob(logits, jnp.array([0, 1])), np.log([0.5, 0.75]), rtol=1e-6)
