@@ -90,6 +90,7 @@ def make_train_call(
                 env, env_params, agent.act, agent_state.params, envs, rollout_key, rollout_length
             )
             agent_state, metrics = agent.update(agent_state, traj, update_key)
+            metrics = jax.lax.pmean(metrics, AXIS)  # a no-op for agents that already average
             metric_sums = jax.tree.map(jnp.add, metric_sums, metrics)
             return agent_state, envs, key, stats + episode_stats, metric_sums
 

@@ -47,6 +47,10 @@ class TrainResult(NamedTuple):
 
 
 def select_devices(indices: tuple[int, ...]) -> list[jax.Device]:
+    """The mesh's devices: the chosen local ones, or all devices of all processes."""
+    if jax.process_count() > 1:
+        check(not indices, "arch.devices", "must be empty with several processes (all devices are used)", indices)
+        return jax.devices()
     devices = jax.local_devices()
     for index in indices:
         check(index < len(devices), "arch.devices", f"names device {index} but only {len(devices)} exist", indices)

@@ -37,6 +37,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument("preset", help="preset name (see `podracer list`)")
 
+    launch = commands.add_parser(
+        "launch-local", help="run a preset as N local processes (jax.distributed on 127.0.0.1)",
+        description="podracer launch-local -n N PRESET [--section.field VALUE ...]",
+    )
+    launch.add_argument("-n", "--num-processes", type=int, required=True)
+    launch.add_argument("--cpu-devices", type=int, default=None, help="fake CPU devices per process")
+    launch.add_argument("preset")
+
     bench = commands.add_parser("bench", help="throughput against the physical limit")
     bench.add_argument("arch", choices=["anakin"])
     bench.add_argument("--json", action="store_true", help="print one JSON line")
@@ -74,9 +82,22 @@ def cmd_train(preset: str, overrides: list[str]) -> None:
 
     config = resolve_config(preset, overrides)
     result = train(config, name=preset)
+    from podracer.distributed import is_leader
+
+    if not is_leader():  # process 0 alone reports a multi-process run
+        return
     last = next((row for row in reversed(result.metrics) if row.get("episode_return") is not None), None)
     final = "-" if last is None else f"{last['episode_return']:.1f}"
     print(f"done: {result.metrics[-1]['env_steps']:,} env steps, final return {final}, run dir {result.run_dir}")
+
+
+def cmd_launch_local(preset: str, overrides: list[str], num_processes: int, cpu_devices: int | None) -> None:
+    from experiments.launch import launch_local
+
+    if num_processes < 1:
+        _fail(f"-n must be >= 1, got {num_processes}")
+    resolve_config(preset, overrides)  # fail here, once, rather than in every process
+    raise SystemExit(launch_local(preset, overrides, num_processes, cpu_devices))
 
 
 def cmd_bench(arch: str, preset: str | None, overrides: list[str], as_json: bool) -> None:
@@ -101,6 +122,8 @@ def main(argv: list[str] | None = None) -> None:
             cmd_list()
         elif args.command == "train":
             cmd_train(args.preset, rest)
+        elif args.command == "launch-local":
+            cmd_launch_local(args.preset, rest, args.num_processes, args.cpu_devices)
         elif args.command == "bench":
             cmd_bench(args.arch, args.preset, rest, args.json)
     except ConfigError as error:

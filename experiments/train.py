@@ -13,6 +13,7 @@ import os
 from typing import Any, Callable
 
 from podracer import config as config_lib
+from podracer import distributed
 from podracer.config import Config, ConfigError
 from podracer.logging import ConsoleProgress, JsonlSink, MultiSink, TensorBoardSink
 
@@ -55,14 +56,17 @@ def train(
     `config.log.console` (notebooks may prefer False).
     """
     runner = runner_for(config)
+    distributed.initialize(config.distributed)
     runner.setup(config)  # raises ConfigError before anything is compiled or written
     run_dir = config.run_dir or default_run_dir(name)
-    prepare_run_dir(run_dir, config)
-    sinks: list[Any] = [JsonlSink(os.path.join(run_dir, "metrics.jsonl"))]
-    if config.log.tensorboard:
-        sinks.append(TensorBoardSink(os.path.join(run_dir, "tensorboard")))
-    if config.log.console if console is None else console:
-        sinks.append(ConsoleProgress(config.total_env_steps))
+    sinks: list[Any] = []
+    if distributed.is_leader():  # one process writes the run directory
+        prepare_run_dir(run_dir, config)
+        sinks.append(JsonlSink(os.path.join(run_dir, "metrics.jsonl")))
+        if config.log.tensorboard:
+            sinks.append(TensorBoardSink(os.path.join(run_dir, "tensorboard")))
+        if config.log.console if console is None else console:
+            sinks.append(ConsoleProgress(config.total_env_steps))
     sink = MultiSink(sinks)
 
     def write(row: dict[str, Any]) -> None:

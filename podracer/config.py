@@ -41,14 +41,19 @@ class LogConfig:
 class DistributedConfig:
     """Multi-process settings for `jax.distributed` (unused with one process)."""
 
-    coordinator: str = ""  # host:port of process 0
+    coordinator: str = ""  # host:port of process 0, or "auto" (SLURM, TPU pods)
     num_processes: int = 1
     process_id: int = 0
+    heartbeat_timeout_s: int = 30  # a silent process fails the run after this long
 
     def __post_init__(self) -> None:
         check(self.num_processes >= 1, "distributed.num_processes", "must be >= 1", self.num_processes)
         check(0 <= self.process_id < self.num_processes, "distributed.process_id",
               f"must be in [0, {self.num_processes})", self.process_id)
+        check(self.coordinator == "auto" or self.num_processes == 1 or ":" in self.coordinator,
+              "distributed.coordinator", "must be host:port (or auto) with several processes", self.coordinator)
+        check(self.heartbeat_timeout_s >= 1, "distributed.heartbeat_timeout_s", "must be >= 1",
+              self.heartbeat_timeout_s)
 
 
 @dataclasses.dataclass(frozen=True)

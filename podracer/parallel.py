@@ -15,6 +15,7 @@ from typing import Any, Callable, Sequence
 
 import jax
 import numpy as np
+from jax.flatten_util import ravel_pytree
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -27,8 +28,23 @@ def make_mesh(devices: Sequence[jax.Device], axis_name: str = "device") -> Mesh:
 
 
 def shard(tree: Any, mesh: Mesh, spec: P) -> Any:
-    """Place every leaf of `tree` on `mesh` with partition `spec`."""
-    return jax.device_put(tree, NamedSharding(mesh, spec))
+    """Place every leaf of `tree` on `mesh` with partition `spec`.
+
+    With several processes the mesh spans devices this process cannot address; every
+    process then passes the same host values and each places the shards it owns.
+    """
+    sharding = NamedSharding(mesh, spec)
+    if sharding.is_fully_addressable:
+        return jax.device_put(tree, sharding)
+
+    def place(x: Any) -> jax.Array:
+        if jax.dtypes.issubdtype(getattr(x, "dtype", None), jax.dtypes.prng_key):
+            data = place(jax.random.key_data(x))
+            return jax.random.wrap_key_data(data, impl=jax.random.key_impl(x))
+        host = np.asarray(x)
+        return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+
+    return jax.tree.map(place, tree)
 
 
 def replicate(tree: Any, mesh: Mesh) -> Any:
@@ -38,6 +54,15 @@ def replicate(tree: Any, mesh: Mesh) -> Any:
 def pmean(tree: Any, axis_name: AxisName) -> Any:
     """`lax.pmean` over `axis_name`, or the identity when there is no axis."""
     return tree if axis_name is None else jax.lax.pmean(tree, axis_name)
+
+
+def pmean_flat(tree: Any, axis_name: AxisName) -> Any:
+    """`pmean` of a pytree as one all-reduce of one flat vector: across processes each
+    collective pays a network round trip, so one beats one per leaf."""
+    if axis_name is None:
+        return tree
+    flat, unravel = ravel_pytree(tree)
+    return unravel(jax.lax.pmean(flat, axis_name))
 
 
 def value_and_mean_grad(
@@ -55,7 +80,7 @@ def value_and_mean_grad(
     def wrapped(params: Any, *args: Any) -> tuple[Any, Any]:
         params = to_varying(params, axis_name)
         value, grads = value_and_grad(params, *args)
-        return value, jax.lax.pmean(grads, axis_name)
+        return value, pmean_flat(grads, axis_name)
 
     return wrapped
 

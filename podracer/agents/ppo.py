@@ -159,6 +159,6 @@ def make_ppo(
 
 def _normalize(x: jax.Array, axis_name: parallel.AxisName) -> jax.Array:
     """Standardize with statistics of the global minibatch (all devices)."""
-    mean = parallel.pmean(jnp.mean(x), axis_name)
-    var = parallel.pmean(jnp.mean(jnp.square(x - mean)), axis_name)
+    moments = parallel.pmean(jnp.stack([jnp.mean(x), jnp.mean(jnp.square(x))]), axis_name)
+    mean, var = moments[0], jnp.maximum(moments[1] - jnp.square(moments[0]), 0.0)
     return (x - mean) / (jnp.sqrt(var) + 1e-8)

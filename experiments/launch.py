@@ -1,0 +1,66 @@
+"""`podracer launch-local -n N PRESET [overrides]`: N local processes of one run.
+
+For trying multi-process runs on one machine: a free port on 127.0.0.1 becomes the
+coordinator and each process gets its `--distributed.*` overrides. If one process fails,
+the others are stopped; the exit status is the first failure's.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def process_command(preset: str, overrides: list[str], port: int, n: int, i: int) -> list[str]:
+    return [
+        sys.executable, "-m", "experiments.cli", "train", preset, *overrides,
+        "--distributed.coordinator", f"127.0.0.1:{port}",
+        "--distributed.num-processes", str(n), "--distributed.process-id", str(i),
+    ]
+
+
+def launch_local(preset: str, overrides: list[str], num_processes: int, cpu_devices: int | None) -> int:
+    """Run the processes to completion; returns 0 or the first non-zero exit status."""
+    env = dict(os.environ)
+    if cpu_devices:
+        env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={cpu_devices}".strip()
+    port = free_port()
+    procs = [
+        subprocess.Popen(process_command(preset, overrides, port, num_processes, i), env=env)
+        for i in range(num_processes)
+    ]
+    status = 0
+    try:
+        while any(p.poll() is None for p in procs):
+            failed = [p.returncode for p in procs if p.returncode not in (None, 0)]
+            if failed and not status:
+                status = failed[0]
+                print(f"podracer: a process exited with status {status}; stopping the others", file=sys.stderr)
+                _stop(procs)
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        _stop(procs)
+        return 130
+    return status or next((p.returncode for p in procs if p.returncode), 0)
+
+
+def _stop(procs: list[subprocess.Popen], grace_s: float = 10.0) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
