@@ -136,7 +136,7 @@ def make_impala(
         params, opt_state = carry
         (_, metrics), grads = grad_fn(params, minibatch)
         updates, opt_state = optimizer.update(grads, opt_state, params)
-        metrics["grad_norm"] = optax.global_norm(grads)
+        metrics["grad_norm"] = optax.tree.norm(grads)
         return (optax.apply_updates(params, updates), opt_state), metrics
 
     def epoch(carry, key: PRNGKey):
