@@ -9,11 +9,10 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 import anakin
-from anakin import AnakinConfig
 from experiments.presets_impala import IMPALA_PRESETS, impala_cartpole_anakin, ppo_vtrace_cartpole_anakin
 from podracer import parallel
 from podracer.agents import ALGORITHMS, FACTORIES, ImpalaConfig, PPOConfig, make_agent
-from podracer.config import Config, ConfigError, EnvConfig
+from podracer.config import ConfigError
 from podracer.types import DiscreteSpec, ObsSpec, Trajectory
 
 OBS_SPEC, ACTION_SPEC = ObsSpec((4,), jnp.float32), DiscreteSpec(3)
@@ -75,7 +74,8 @@ def test_update_on_four_devices_equals_one_device(agent_config):
                                     out_specs=(P(), P())))
     state_4, metrics_4 = sharded(state, parallel.shard(traj, mesh, P(None, "d")), key)
 
-    changed = jax.tree.map(lambda a, b: np.abs(np.asarray(a) - np.asarray(b)).max(), state_1.params, state.params)
+    changed = jax.tree.map(lambda a, b: np.abs(np.asarray(a) - np.asarray(b)).max(),
+                           state_1.params, state.params)
     assert max(jax.tree.leaves(changed)) > 1e-4  # the update did something
     for a, b in zip(jax.tree.leaves(state_1), jax.tree.leaves(state_4)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)

@@ -56,7 +56,8 @@ class PPOConfig:
         check(self.num_minibatches >= 1, "agent.num_minibatches", "must be >= 1", self.num_minibatches)
         check(0 <= self.gamma <= 1, "agent.gamma", "must be in [0, 1]", self.gamma)
         check(0 <= self.gae_lambda <= 1, "agent.gae_lambda", "must be in [0, 1]", self.gae_lambda)
-        check(self.advantage in ("gae", "vtrace"), "agent.advantage", "must be 'gae' or 'vtrace'", self.advantage)
+        check(self.advantage in ("gae", "vtrace"), "agent.advantage", "must be 'gae' or 'vtrace'",
+              self.advantage)
         check(0 <= self.vtrace_lambda <= 1, "agent.vtrace_lambda", "must be in [0, 1]", self.vtrace_lambda)
         check(self.clip_rho_threshold > 0, "agent.clip_rho_threshold", "must be > 0", self.clip_rho_threshold)
         check(self.clip_pg_rho_threshold > 0, "agent.clip_pg_rho_threshold", "must be > 0",
