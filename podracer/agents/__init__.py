@@ -8,18 +8,19 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from podracer.agents.impala import ImpalaConfig, make_impala
 from podracer.agents.ppo import PPOConfig, make_ppo
 from podracer.parallel import AxisName
 from podracer.types import Agent, DiscreteSpec, ObsSpec
 
-FACTORIES: dict[type, Callable[..., Agent]] = {PPOConfig: make_ppo}
-ALGORITHMS: dict[str, type] = {"ppo": PPOConfig}
+FACTORIES: dict[type, Callable[..., Agent]] = {PPOConfig: make_ppo, ImpalaConfig: make_impala}
+ALGORITHMS: dict[str, type] = {"ppo": PPOConfig, "impala": ImpalaConfig}
 
 
 def make_agent(
     config: Any, obs_spec: ObsSpec, action_spec: DiscreteSpec, *, num_updates: int, axis_name: AxisName
 ) -> Agent:
-    """The `Agent` for an algorithm config (`PPOConfig`, ...)."""
+    """The `Agent` for an algorithm config (`PPOConfig`, `ImpalaConfig`, ...)."""
     try:
         factory = FACTORIES[type(config)]
     except KeyError:
@@ -27,4 +28,6 @@ def make_agent(
     return factory(config, obs_spec, action_spec, num_updates=num_updates, axis_name=axis_name)
 
 
-__all__ = ["ALGORITHMS", "FACTORIES", "PPOConfig", "make_agent", "make_ppo"]
+__all__ = [
+    "ALGORITHMS", "FACTORIES", "ImpalaConfig", "PPOConfig", "make_agent", "make_impala", "make_ppo",
+]

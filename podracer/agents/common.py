@@ -9,8 +9,8 @@ import jax
 import jax.numpy as jnp
 
 from podracer import networks
-from podracer.ops import categorical_log_prob
-from podracer.types import Array, DiscreteSpec, ObsSpec, Params, PRNGKey, zeros_like_spec
+from podracer.ops import VTraceOutput, categorical_log_prob, vtrace_td_error_and_advantage
+from podracer.types import Array, DiscreteSpec, ObsSpec, Params, PRNGKey, Trajectory, zeros_like_spec
 
 TORSOS = ("mlp", "nature_cnn", "impala_cnn")
 
@@ -67,3 +67,45 @@ def shuffled_minibatches(key: PRNGKey, batch: Any, num_minibatches: int) -> Any:
         ),
         batch,
     )
+
+
+def apply_time_major(network: nn.Module, params: Params, obs: Array) -> tuple[Array, Array]:
+    """The network over a time-major batch: `obs [T, B, ...] -> (logits [T, B, A], value [T, B])`."""
+    T, B = obs.shape[:2]
+    logits, value = network.apply(params, obs.reshape((T * B,) + obs.shape[2:]))
+    return logits.reshape((T, B) + logits.shape[1:]), value.reshape((T, B))
+
+
+def vtrace_on_trajectory(
+    traj: Trajectory,
+    value: Array,
+    next_value: Array,
+    log_prob: Array,
+    gamma: float,
+    lambda_: float,
+    clip_rho_threshold: float,
+    clip_pg_rho_threshold: float,
+) -> VTraceOutput:
+    """V-trace over a `[T, B]` trajectory (vmapped over B), each output `[T, B]`.
+
+    value / next_value: `V(obs)` and `V(next_obs)` under the current parameters; log_prob:
+    the current policy's `log pi(action|obs)`; the behaviour's is `traj.extras["log_prob"]`.
+    Terminated steps do not bootstrap; terminated or truncated ones cut the trace, and a
+    truncated one bootstraps from `V(next_obs)`, its final observation. No gradient flows
+    through the importance ratios, `next_value` or the targets.
+    """
+    rho = jax.lax.stop_gradient(jnp.exp(log_prob - traj.extras["log_prob"]))
+    discount = gamma * (1.0 - traj.terminated.astype(jnp.float32))
+    end = traj.terminated | traj.truncated
+    vtrace = jax.vmap(vtrace_td_error_and_advantage, in_axes=(1, 1, 1, 1, 1, None, None, None, None, 1),
+                      out_axes=1)
+    return vtrace(value, jax.lax.stop_gradient(next_value), traj.reward, discount, rho,
+                  lambda_, clip_rho_threshold, clip_pg_rho_threshold, True, end)
+
+
+def sequence_minibatches(key: PRNGKey, batch: Any, num_minibatches: int) -> Any:
+    """Shuffle a time-major batch `[T, B, ...]` along B, whole sequences together, and split
+    it into `[num_minibatches, T, B / M, ...]` (for losses that need full sequences)."""
+    batch_major = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), batch)
+    minibatches = shuffled_minibatches(key, batch_major, num_minibatches)
+    return jax.tree.map(lambda x: jnp.swapaxes(x, 1, 2), minibatches)

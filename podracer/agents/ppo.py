@@ -31,6 +31,13 @@ class PPOConfig:
     num_minibatches: int = 4  # per update, per device
     gamma: float = 0.99
     gae_lambda: float = 0.95
+    # "vtrace": advantages and value targets by V-trace from the behaviour policy's
+    # log-probabilities, for actors that lag behind the learner (Sebulba); see
+    # `vtrace_advantages_and_targets`.
+    advantage: Literal["gae", "vtrace"] = "gae"
+    vtrace_lambda: float = 0.95
+    clip_rho_threshold: float = 1.0
+    clip_pg_rho_threshold: float = 1.0
     clip_eps: float = 0.2
     clip_value: bool = True
     entropy_coef: float = 0.01
@@ -49,6 +56,12 @@ class PPOConfig:
         check(self.num_minibatches >= 1, "agent.num_minibatches", "must be >= 1", self.num_minibatches)
         check(0 <= self.gamma <= 1, "agent.gamma", "must be in [0, 1]", self.gamma)
         check(0 <= self.gae_lambda <= 1, "agent.gae_lambda", "must be in [0, 1]", self.gae_lambda)
+        check(self.advantage in ("gae", "vtrace"), "agent.advantage", "must be 'gae' or 'vtrace'",
+              self.advantage)
+        check(0 <= self.vtrace_lambda <= 1, "agent.vtrace_lambda", "must be in [0, 1]", self.vtrace_lambda)
+        check(self.clip_rho_threshold > 0, "agent.clip_rho_threshold", "must be > 0", self.clip_rho_threshold)
+        check(self.clip_pg_rho_threshold > 0, "agent.clip_pg_rho_threshold", "must be > 0",
+              self.clip_pg_rho_threshold)
         check(self.clip_eps > 0, "agent.clip_eps", "must be > 0", self.clip_eps)
         check(self.max_grad_norm > 0, "agent.max_grad_norm", "must be > 0", self.max_grad_norm)
         check(self.torso in common.TORSOS, "agent.torso", f"must be one of {common.TORSOS}", self.torso)
@@ -136,7 +149,7 @@ def make_ppo(
         return (params, opt_state, batch), metrics
 
     def update(state: AgentState, traj: Trajectory, key: PRNGKey):
-        advantage, target = advantages_and_targets(state.params, traj)
+        traj, advantage, target = advantages_and_targets(state.params, traj)
         batch = common.flatten_time_batch(
             (traj.obs, traj.action, traj.extras["log_prob"], traj.extras["value"], advantage, target)
         )
@@ -148,13 +161,39 @@ def make_ppo(
         return AgentState(params, opt_state, state.update_count + 1), metrics
 
     def advantages_and_targets(params, traj: Trajectory):
+        """`(traj, advantage [T, B], target [T, B])`; `traj.extras` are what the loss takes
+        as the old policy's log-probabilities and values."""
+        if config.advantage == "vtrace":
+            return vtrace_advantages_and_targets(network, config, params, traj)
         _, next_value = network.apply(params, traj.next_obs)
         discount = config.gamma * (1.0 - traj.terminated.astype(jnp.float32))
         end = traj.terminated | traj.truncated
         gae = jax.vmap(gae_advantages, in_axes=(1, 1, 1, 1, None, 1), out_axes=1)
-        return gae(traj.reward, discount, traj.extras["value"], next_value, config.gae_lambda, end)
+        return traj, *gae(traj.reward, discount, traj.extras["value"], next_value, config.gae_lambda, end)
 
     return Agent(init=init, act=common.make_sampling_act(network), update=update)
+
+
+def vtrace_advantages_and_targets(network, config: PPOConfig, params, traj: Trajectory):
+    """PPO for lagging actors: V-trace corrects from the behaviour policy `mu` to the policy
+    `pi_k` at the start of this update, and the clipped surrogate keeps `pi` near `pi_k`.
+
+    With `pi_k`'s log-probabilities and values recomputed here, the value targets are
+    V-trace's `v_s` and the advantage its policy-gradient advantage, which already carries
+    the truncated importance weight `min(rho_bar, pi_k / mu)`; the surrogate's ratio is then
+    `pi / pi_k` (the returned `traj.extras` hold `pi_k`'s log-probabilities and values), so
+    the whole estimator is importance-weighted from `mu` to `pi`. With no lag (`pi_k = mu`,
+    as under Anakin) it is PPO with V-trace(lambda) = TD(lambda) returns.
+    """
+    T = traj.reward.shape[0]
+    logits, values = common.apply_time_major(network, params, jnp.concatenate([traj.obs, traj.next_obs]))
+    log_prob = categorical_log_prob(logits[:T], traj.action)
+    vtrace = common.vtrace_on_trajectory(
+        traj, values[:T], values[T:], log_prob, config.gamma, config.vtrace_lambda,
+        config.clip_rho_threshold, config.clip_pg_rho_threshold,
+    )
+    traj = traj._replace(extras={**traj.extras, "log_prob": log_prob, "value": values[:T]})
+    return traj, vtrace.pg_advantage, vtrace.errors + values[:T]
 
 
 def _normalize(x: jax.Array, axis_name: parallel.AxisName) -> jax.Array:

@@ -1,0 +1,154 @@
+"""IMPALA's V-trace actor-critic (Espeholt et al. 2018) as a podracer `Agent`.
+
+The loss of the paper (section 4): a policy gradient with V-trace advantages, a baseline
+regressed on V-trace targets, and an entropy bonus, over whole `[T, B]` sequences. The
+behaviour policy's log-probabilities come from `act` (`extras["log_prob"]`), so the same
+agent corrects for policy lag under Sebulba and is on-policy under Anakin. Gradients are
+averaged over `axis_name` by `parallel.value_and_mean_grad`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from podracer import parallel
+from podracer.agents import common
+from podracer.config import check
+from podracer.ops import categorical_log_prob, entropy_loss
+from podracer.types import Agent, AgentState, DiscreteSpec, ObsSpec, PRNGKey, Trajectory
+
+
+@dataclasses.dataclass(frozen=True)
+class ImpalaConfig:
+    """IMPALA hyperparameters. Defaults: the paper's (Atari, table G.1) where they apply."""
+
+    learning_rate: float = 6e-4
+    anneal_lr: bool = True  # linear decay to 0 over the run (as in the paper)
+    optimizer: Literal["rmsprop", "adam"] = "rmsprop"
+    rmsprop_decay: float = 0.99
+    rmsprop_eps: float = 0.01  # inside the square root, as TensorFlow's RMSProp (DMLab: 0.1)
+    adam_eps: float = 1e-5
+    max_grad_norm: float = 40.0  # global-norm gradient clipping
+    num_epochs: int = 1  # passes over each trajectory batch (IMPALA: 1)
+    num_minibatches: int = 1  # per pass, per device; splits the environments, not time
+    gamma: float = 0.99
+    vtrace_lambda: float = 1.0
+    clip_rho_threshold: float = 1.0  # rho-bar of the value targets
+    clip_pg_rho_threshold: float = 1.0  # rho-bar of the policy-gradient advantage
+    entropy_coef: float = 0.01
+    value_coef: float = 0.5  # the paper's baseline cost
+    torso: Literal["mlp", "nature_cnn", "impala_cnn"] = "mlp"
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    activation: Literal["tanh", "relu", "gelu"] = "tanh"
+    shared_torso: bool = False
+
+    def __post_init__(self) -> None:
+        check(self.learning_rate > 0, "agent.learning_rate", "must be > 0", self.learning_rate)
+        check(self.optimizer in ("rmsprop", "adam"), "agent.optimizer", "must be 'rmsprop' or 'adam'",
+              self.optimizer)
+        check(0 <= self.rmsprop_decay < 1, "agent.rmsprop_decay", "must be in [0, 1)", self.rmsprop_decay)
+        check(self.rmsprop_eps > 0, "agent.rmsprop_eps", "must be > 0", self.rmsprop_eps)
+        check(self.adam_eps > 0, "agent.adam_eps", "must be > 0", self.adam_eps)
+        check(self.max_grad_norm > 0, "agent.max_grad_norm", "must be > 0", self.max_grad_norm)
+        check(self.num_epochs >= 1, "agent.num_epochs", "must be >= 1", self.num_epochs)
+        check(self.num_minibatches >= 1, "agent.num_minibatches", "must be >= 1", self.num_minibatches)
+        check(0 <= self.gamma <= 1, "agent.gamma", "must be in [0, 1]", self.gamma)
+        check(0 <= self.vtrace_lambda <= 1, "agent.vtrace_lambda", "must be in [0, 1]", self.vtrace_lambda)
+        check(self.clip_rho_threshold > 0, "agent.clip_rho_threshold", "must be > 0", self.clip_rho_threshold)
+        check(self.clip_pg_rho_threshold > 0, "agent.clip_pg_rho_threshold", "must be > 0",
+              self.clip_pg_rho_threshold)
+        check(self.entropy_coef >= 0, "agent.entropy_coef", "must be >= 0", self.entropy_coef)
+        check(self.value_coef >= 0, "agent.value_coef", "must be >= 0", self.value_coef)
+        check(self.torso in common.TORSOS, "agent.torso", f"must be one of {common.TORSOS}", self.torso)
+        check(len(self.hidden_sizes) > 0 and min(self.hidden_sizes) > 0,
+              "agent.hidden_sizes", "must be positive sizes", self.hidden_sizes)
+
+
+def make_optimizer(config: ImpalaConfig, num_steps: int) -> optax.GradientTransformation:
+    """Global-norm clipping then RMSProp (the paper's) or Adam, with optional linear decay."""
+    lr = optax.linear_schedule(config.learning_rate, 0.0, max(1, num_steps)) if config.anneal_lr \
+        else config.learning_rate
+    if config.optimizer == "rmsprop":
+        base = optax.rmsprop(lr, decay=config.rmsprop_decay, eps=config.rmsprop_eps)
+    else:
+        base = optax.adam(lr, eps=config.adam_eps)
+    return optax.chain(optax.clip_by_global_norm(config.max_grad_norm), base)
+
+
+def make_impala(
+    config: ImpalaConfig,
+    obs_spec: ObsSpec,
+    action_spec: DiscreteSpec,
+    *,
+    num_updates: int,
+    axis_name: parallel.AxisName = None,
+) -> Agent:
+    """Build the IMPALA `Agent`.
+
+    num_updates: how many times `update` will be called in the run (for lr annealing).
+    axis_name:   mesh axis (or axes) to average gradients and statistics over; None on one
+                 device.
+    """
+    network = common.make_actor_critic(
+        config.torso, config.hidden_sizes, config.activation, config.shared_torso,
+        obs_spec, action_spec,
+    )
+    optimizer = make_optimizer(config, num_updates * config.num_epochs * config.num_minibatches)
+
+    def init(key: PRNGKey) -> AgentState:
+        params = common.init_params(network, key, obs_spec)
+        return AgentState(params, optimizer.init(params), jnp.zeros((), jnp.int32))
+
+    def loss_fn(params, traj: Trajectory):
+        """The IMPALA loss over a `[T, B]` minibatch of whole sequences."""
+        T = traj.reward.shape[0]
+        both_obs = jnp.concatenate([traj.obs, traj.next_obs], axis=0)
+        logits, values = common.apply_time_major(network, params, both_obs)
+        logits, value, next_value = logits[:T], values[:T], values[T:]
+        log_prob = categorical_log_prob(logits, traj.action)
+        vtrace = common.vtrace_on_trajectory(
+            traj, value, next_value, log_prob, config.gamma, config.vtrace_lambda,
+            config.clip_rho_threshold, config.clip_pg_rho_threshold,
+        )
+        pg_loss = -jnp.mean(log_prob * jax.lax.stop_gradient(vtrace.pg_advantage))
+        value_loss = 0.5 * jnp.mean(jnp.square(vtrace.errors))
+        neg_entropy = entropy_loss(logits)
+        loss = pg_loss + config.value_coef * value_loss + config.entropy_coef * neg_entropy
+        log_rho = log_prob - traj.extras["log_prob"]
+        metrics = {
+            "loss": loss,
+            "pg_loss": pg_loss,
+            "value_loss": value_loss,
+            "entropy": -neg_entropy,
+            "approx_kl": jnp.mean(jnp.expm1(log_rho) - log_rho),
+            "rho_clip_fraction": jnp.mean(log_rho > jnp.log(config.clip_rho_threshold)),
+        }
+        return loss, metrics
+
+    grad_fn = parallel.value_and_mean_grad(loss_fn, axis_name, has_aux=True)
+
+    def sgd_step(carry, minibatch: Trajectory):
+        params, opt_state = carry
+        (_, metrics), grads = grad_fn(params, minibatch)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        metrics["grad_norm"] = optax.tree.norm(grads)
+        return (optax.apply_updates(params, updates), opt_state), metrics
+
+    def epoch(carry, key: PRNGKey):
+        params, opt_state, traj = carry
+        minibatches = common.sequence_minibatches(key, traj, config.num_minibatches)
+        (params, opt_state), metrics = jax.lax.scan(sgd_step, (params, opt_state), minibatches)
+        return (params, opt_state, traj), metrics
+
+    def update(state: AgentState, traj: Trajectory, key: PRNGKey):
+        keys = jax.random.split(key, config.num_epochs)
+        (params, opt_state, _), metrics = jax.lax.scan(epoch, (state.params, state.opt_state, traj), keys)
+        metrics = parallel.pmean(jax.tree.map(jnp.mean, metrics), axis_name)
+        return AgentState(params, opt_state, state.update_count + 1), metrics
+
+    return Agent(init=init, act=common.make_sampling_act(network), update=update)
