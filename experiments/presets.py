@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Callable
 
 from anakin.config import AnakinConfig
+from experiments.presets_impala import IMPALA_PRESETS
 from podracer.agents import PPOConfig
 from podracer.config import Config, EnvConfig
 
@@ -32,4 +33,5 @@ def ppo_catch_anakin() -> Config:
 PRESETS: dict[str, Callable[[], Config]] = {
     "ppo-cartpole-anakin": ppo_cartpole_anakin,
     "ppo-catch-anakin": ppo_catch_anakin,
+    **IMPALA_PRESETS,
 }

@@ -7,6 +7,7 @@ from typing import Any, Callable
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import optax
 
 from podracer import networks
 from podracer.ops import VTraceOutput, categorical_log_prob, vtrace_td_error_and_advantage
@@ -109,3 +110,41 @@ def sequence_minibatches(key: PRNGKey, batch: Any, num_minibatches: int) -> Any:
     batch_major = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), batch)
     minibatches = shuffled_minibatches(key, batch_major, num_minibatches)
     return jax.tree.map(lambda x: jnp.swapaxes(x, 1, 2), minibatches)
+
+
+Minibatcher = Callable[[PRNGKey, Any, int], Any]
+
+
+def make_sgd_epochs(
+    grad_fn: Callable[[Params, Any], tuple[tuple[Array, dict], Any]],
+    optimizer: optax.GradientTransformation,
+    minibatches: Minibatcher,
+    num_epochs: int,
+    num_minibatches: int,
+) -> Callable[[Params, Any, Any, PRNGKey], tuple[Params, Any, dict]]:
+    """`(params, opt_state, batch, key) -> (params, opt_state, metrics)`: `num_epochs`
+    passes over `batch`, each split by `minibatches` into `num_minibatches` with one
+    optimizer step apiece. `grad_fn` returns `((loss, metrics), grads)`; the metrics come
+    back averaged over all steps."""
+
+    def sgd_step(carry, minibatch):
+        params, opt_state = carry
+        (_, metrics), grads = grad_fn(params, minibatch)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        metrics["grad_norm"] = optax.tree.norm(grads)
+        return (optax.apply_updates(params, updates), opt_state), metrics
+
+    def epoch(carry, key):
+        params, opt_state, batch = carry
+        (params, opt_state), metrics = jax.lax.scan(
+            sgd_step, (params, opt_state), minibatches(key, batch, num_minibatches)
+        )
+        return (params, opt_state, batch), metrics
+
+    def run(params: Params, opt_state: Any, batch: Any, key: PRNGKey):
+        (params, opt_state, _), metrics = jax.lax.scan(
+            epoch, (params, opt_state, batch), jax.random.split(key, num_epochs)
+        )
+        return params, opt_state, jax.tree.map(jnp.mean, metrics)
+
+    return run

@@ -132,23 +132,13 @@ def make_impala(
 
     grad_fn = parallel.value_and_mean_grad(loss_fn, axis_name, has_aux=True)
 
-    def sgd_step(carry, minibatch: Trajectory):
-        params, opt_state = carry
-        (_, metrics), grads = grad_fn(params, minibatch)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        metrics["grad_norm"] = optax.tree.norm(grads)
-        return (optax.apply_updates(params, updates), opt_state), metrics
-
-    def epoch(carry, key: PRNGKey):
-        params, opt_state, traj = carry
-        minibatches = common.sequence_minibatches(key, traj, config.num_minibatches)
-        (params, opt_state), metrics = jax.lax.scan(sgd_step, (params, opt_state), minibatches)
-        return (params, opt_state, traj), metrics
+    sgd_epochs = common.make_sgd_epochs(
+        grad_fn, optimizer, common.sequence_minibatches, config.num_epochs, config.num_minibatches
+    )
 
     def update(state: AgentState, traj: Trajectory, key: PRNGKey):
-        keys = jax.random.split(key, config.num_epochs)
-        (params, opt_state, _), metrics = jax.lax.scan(epoch, (state.params, state.opt_state, traj), keys)
-        metrics = parallel.pmean(jax.tree.map(jnp.mean, metrics), axis_name)
+        params, opt_state, metrics = sgd_epochs(state.params, state.opt_state, traj, key)
+        metrics = parallel.pmean(metrics, axis_name)
         return AgentState(params, opt_state, state.update_count + 1), metrics
 
     return Agent(init=init, act=common.make_sampling_act(network), update=update)

@@ -134,30 +134,17 @@ def make_ppo(
 
     grad_fn = parallel.value_and_mean_grad(loss_fn, axis_name, has_aux=True)
 
-    def sgd_step(carry, minibatch):
-        params, opt_state = carry
-        (_, metrics), grads = grad_fn(params, minibatch)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        params = optax.apply_updates(params, updates)
-        metrics["grad_norm"] = optax.tree.norm(grads)
-        return (params, opt_state), metrics
-
-    def epoch(carry, key):
-        params, opt_state, batch = carry
-        minibatches = common.shuffled_minibatches(key, batch, config.num_minibatches)
-        (params, opt_state), metrics = jax.lax.scan(sgd_step, (params, opt_state), minibatches)
-        return (params, opt_state, batch), metrics
+    sgd_epochs = common.make_sgd_epochs(
+        grad_fn, optimizer, common.shuffled_minibatches, config.num_epochs, config.num_minibatches
+    )
 
     def update(state: AgentState, traj: Trajectory, key: PRNGKey):
         traj, advantage, target = advantages_and_targets(state.params, traj)
         batch = common.flatten_time_batch(
             (traj.obs, traj.action, traj.extras["log_prob"], traj.extras["value"], advantage, target)
         )
-        keys = jax.random.split(key, config.num_epochs)
-        (params, opt_state, _), metrics = jax.lax.scan(
-            epoch, (state.params, state.opt_state, batch), keys
-        )
-        metrics = parallel.pmean(jax.tree.map(jnp.mean, metrics), axis_name)
+        params, opt_state, metrics = sgd_epochs(state.params, state.opt_state, batch, key)
+        metrics = parallel.pmean(metrics, axis_name)
         return AgentState(params, opt_state, state.update_count + 1), metrics
 
     def advantages_and_targets(params, traj: Trajectory):
