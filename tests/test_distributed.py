@@ -1,0 +1,71 @@
+"""Anakin across processes with jax.distributed (gloo CPU collectives on 127.0.0.1)."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+
+import anakin
+from experiments.launch import free_port, process_command
+from tests.distributed_worker import small_config
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _env():
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
+    env.pop("XLA_FLAGS", None)
+    return env
+
+
+@pytest.mark.timeout(240)
+def test_two_processes_of_two_devices_equal_one_process_of_four(tmp_path):
+    port, out = free_port(), tmp_path / "params.npz"
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "tests.distributed_worker", str(i), "2", str(port), str(out)],
+                         cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for i in range(2)
+    ]
+    outputs = [p.communicate(timeout=220)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+
+    reference = anakin.train(small_config())  # this process: 1 x 4 fake devices
+    assert len(jax.devices()) == 4
+    saved = np.load(out)
+    expected = [np.asarray(leaf)[0] for leaf in jax.tree.leaves(reference.state.agent.params)]
+    for i, leaf in enumerate(expected):
+        np.testing.assert_allclose(saved[f"arr_{i}"][0], leaf, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(saved["returns"], [r["episode_return"] for r in reference.metrics], rtol=1e-6)
+
+
+@pytest.mark.timeout(180)
+def test_killing_one_process_stops_the_other(tmp_path):
+    port = free_port()
+    overrides = ["--total-env-steps", "1e8", "--run-dir", str(tmp_path / "run"), "--log.console", "false",
+                 "--distributed.heartbeat-timeout-s", "5"]
+    env = dict(_env(), XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    procs = [
+        subprocess.Popen(process_command("ppo-catch-anakin", overrides, port, 2, i), cwd=ROOT, env=env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        for i in range(2)
+    ]
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    deadline = time.monotonic() + 120
+    while not (metrics.exists() and metrics.read_text().count("\n") >= 1):  # training is under way
+        assert time.monotonic() < deadline and procs[0].poll() is None, procs[0].stderr.read()
+        time.sleep(0.5)
+    procs[1].send_signal(signal.SIGKILL)
+    killed_at = time.monotonic()
+    try:
+        _, err = procs[0].communicate(timeout=60)
+    finally:
+        for p in procs:
+            p.kill()
+    assert procs[0].returncode != 0
+    assert time.monotonic() - killed_at < 60
+    assert "task" in err.lower() or "heartbeat" in err.lower() or "died" in err.lower(), err[-2000:]
