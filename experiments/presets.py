@@ -21,12 +21,12 @@ def ppo_cartpole_anakin() -> Config:
 
 
 def ppo_catch_anakin() -> Config:
-    """PPO on Catch, the Podracer paper's example: a perfect score (1.0) within 150k steps."""
+    """PPO on Catch, the Podracer paper's example: a perfect score (1.0) within 100k steps."""
     return Config(
         env=EnvConfig("Catch"),
         agent=PPOConfig(learning_rate=5e-4, anneal_lr=False, activation="relu"),
         arch=AnakinConfig(num_envs=32, rollout_length=16, updates_per_call=20),
-        total_env_steps=150_000,
+        total_env_steps=100_000,
     )
 
 

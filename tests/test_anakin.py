@@ -33,13 +33,15 @@ def test_ppo_learns_cartpole_on_4_devices():
 
 @pytest.mark.timeout(180)
 def test_eight_seeds_in_one_program_each_learn():
+    preset = PRESETS["ppo-catch-anakin"]()
     config = dataclasses.replace(
-        PRESETS["ppo-catch-anakin"](), arch=AnakinConfig(num_envs=32, rollout_length=16, num_seeds=8, updates_per_call=40)
+        preset, total_env_steps=51_200, arch=dataclasses.replace(preset.arch, num_seeds=8, updates_per_call=25)
     )
     result = anakin.train(config)
     per_seed = result.metrics[-1]["episode_return_per_seed"]
     assert len(per_seed) == 8
-    assert min(per_seed) > 0.8, per_seed
+    # A random policy scores about -0.6; each of the 8 agents catches > 95% of balls.
+    assert min(per_seed) > 0.9, per_seed
     # The seeds are independent agents: their parameters differ.
     policy = np.asarray(jax.tree.leaves(result.state.agent.params)[0])
     assert not np.allclose(policy[0], policy[1])
