@@ -32,6 +32,7 @@ class ParamSource:
         """The newest parameters once their version is at least `min_version`:
         `(params, version, seconds waited)`. Raises Stopped if the run stops first."""
         start = time.perf_counter()
+        min_version = max(min_version, 0)  # nothing before the first publication
         with self._cond:
             while self._version < min_version:
                 if stop.is_set():
