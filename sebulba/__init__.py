@@ -1,6 +1,6 @@
 """Sebulba: host environments on actor threads, a sharded learner, parameters sent back."""
 
-from sebulba.bench import bench
+from sebulba.benchmark import bench
 from sebulba.config import SebulbaConfig
 from sebulba.runner import TrainResult, setup, train
 

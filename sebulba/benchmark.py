@@ -7,7 +7,7 @@
   it is on its devices but does not update: what the actors deliver.
 - `sps`: end-to-end training, after compilation.
 
-Each is measured for `seconds` after a warm-up.
+Each is measured after a warm-up (`WARMUP_S`, compilation included).
 """
 
 from __future__ import annotations
@@ -26,16 +26,23 @@ from sebulba.actor import Actor, make_policy_step
 from sebulba.runner import Setup, actor_seed, initial_state, make_actors, param_sources, run, setup
 from sebulba.threads import ThreadGroup, get
 
-WARMUP_S = 2.0
+WARMUP_S = 1.0
 
 
-def bench(config: Config, seconds: float = 10.0) -> dict[str, Any]:
-    """`{"limit_sps", "actor_sps", "sps", "actor_fraction", ...}` for `config`."""
+def bench(config: Config, seconds: float = 10.0, rounds: int = 3) -> dict[str, Any]:
+    """`{"limit_sps", "actor_sps", "sps", "actor_fraction", ...}` for `config`.
+
+    `limit_sps` and `actor_sps` alternate over `rounds` rounds of `seconds / rounds` each
+    and report their medians, so that both see the same machine (other processes come and
+    go); `sps` is measured over `seconds` of training.
+    """
     s = setup(config)
     state = initial_state(config, s)
-    limit = limit_sps(config, s, state.params, seconds)
-    actor = actor_sps(config, s, state.params, seconds)
-    end_to_end = training_sps(config, s, seconds)
+    limits, actors = [], []
+    for _ in range(rounds):
+        limits.append(limit_sps(config, s, state.params, seconds / rounds))
+        actors.append(actor_sps(config, s, state.params, seconds / rounds))
+    limit, actor = float(np.median(limits)), float(np.median(actors))
     return {
         "env": config.env.id,
         "num_envs": config.arch.num_envs,
@@ -45,7 +52,8 @@ def bench(config: Config, seconds: float = 10.0) -> dict[str, Any]:
         "limit_sps": limit,
         "actor_sps": actor,
         "actor_fraction": actor / limit,
-        "sps": end_to_end,
+        "sps": training_sps(config, s, seconds),
+        "rounds": {"limit_sps": limits, "actor_sps": actors},
     }
 
 
@@ -122,7 +130,8 @@ def training_sps(config: Config, s: Setup, seconds: float) -> float:
     """End-to-end env steps per second of training, from the first metrics row (after
     compilation) to the last one within `seconds` more."""
     arch = dataclasses.replace(config.arch, updates_per_log=1)
-    config = dataclasses.replace(config, arch=arch, total_env_steps=max(config.total_env_steps, 10**12))
+    long_enough = max(config.total_env_steps, arch.num_envs * arch.rollout_length * 100_000)
+    config = dataclasses.replace(config, arch=arch, total_env_steps=long_enough)
     s = setup(config)
     first_row_at: list[float] = []
 
