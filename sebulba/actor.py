@@ -1,7 +1,9 @@
 """Actor threads: step a batch of host environments with the latest parameters and hand
 each `[T, B, ...]` trajectory, already sharded over the learner mesh, to the learner.
 
-Algorithm-agnostic: an actor calls `agent.act` and records what it returned.
+Algorithm-agnostic: an actor calls `agent.act` and records what it returned. Per step
+only the action comes to the host (for the environments); the agent's `extras` stay on
+the actor device and are stacked there at the end of the rollout.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import time
 from typing import Any, Callable, NamedTuple
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding
 
@@ -70,6 +73,7 @@ def collect_rollout(
 ) -> Rollout:
     """`length` steps of every environment of `env`, acting with `params`."""
     buffers: dict[str, Any] | None = None
+    extras_per_step: list[dict[str, Array]] = []  # left on the device until the end
     episodes = np.zeros(3)
     env_wait = inference = 0.0
     for t in range(length):
@@ -77,12 +81,14 @@ def collect_rollout(
             raise Stopped
         start = time.perf_counter()
         action, extras, key = policy_step(params, obs, key)
-        action, extras = jax.device_get((action, extras))
+        action = np.asarray(action)  # the only device-to-host transfer of a step
         sent = time.perf_counter()
         env.send(action)
         if buffers is None:
-            buffers = _allocate(length, obs, action, extras)
-        _write_inputs(buffers, t, obs, action, extras)
+            buffers = _allocate(length, obs, action)
+        buffers["obs"][t] = obs
+        buffers["action"][t] = action
+        extras_per_step.append(extras)
         written = time.perf_counter()
         step = env.recv()
         env_wait += time.perf_counter() - written
@@ -90,27 +96,27 @@ def collect_rollout(
         _write_outcome(buffers, t, step)
         episodes += _episode_sums(step)
         obs = step.timestep.obs
+    buffers["extras"] = _stack_steps(extras_per_step)
     return Rollout(_trajectory(buffers), obs, key, episodes, env_wait, inference)
 
 
-def _allocate(length: int, obs: np.ndarray, action: np.ndarray, extras: dict[str, Any]) -> dict[str, Any]:
-    """Fresh `[T, ...]` buffers (never reused: the learner may still read the last ones)."""
-    empty = lambda x: np.empty((length,) + np.shape(x), np.asarray(x).dtype)  # noqa: E731
+@jax.jit
+def _stack_steps(per_step: list[dict[str, Array]]) -> dict[str, Array]:
+    """`T` pytrees of `[B, ...]` arrays to one of `[T, B, ...]`, on their device."""
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *per_step)
+
+
+def _allocate(length: int, obs: np.ndarray, action: np.ndarray) -> dict[str, Any]:
+    """Fresh `[T, ...]` host buffers (never reused: the learner may still read the last ones)."""
     batch = action.shape
     return {
-        "obs": empty(obs), "next_obs": empty(obs), "action": empty(action),
+        "obs": np.empty((length,) + obs.shape, obs.dtype),
+        "next_obs": np.empty((length,) + obs.shape, obs.dtype),
+        "action": np.empty((length,) + batch, action.dtype),
         "reward": np.empty((length,) + batch, np.float32),
         "terminated": np.empty((length,) + batch, bool),
         "truncated": np.empty((length,) + batch, bool),
-        "extras": {name: empty(value) for name, value in extras.items()},
     }
-
-
-def _write_inputs(buffers: dict[str, Any], t: int, obs: np.ndarray, action: np.ndarray, extras: dict) -> None:
-    buffers["obs"][t] = obs
-    buffers["action"][t] = action
-    for name, value in extras.items():
-        buffers["extras"][name][t] = value
 
 
 def _write_outcome(buffers: dict[str, Any], t: int, step: HostStep) -> None:

@@ -34,7 +34,9 @@ def bench(config: Config, seconds: float = 10.0, rounds: int = 3) -> dict[str, A
 
     `limit_sps` and `actor_sps` alternate over `rounds` rounds of `seconds / rounds` each
     and report their medians, so that both see the same machine (other processes come and
-    go); `sps` is measured over `seconds` of training.
+    go); `sps` is measured over `seconds` of training. `*_cpu_us_per_step` is the process
+    CPU time per env step of each (median), and `actor_fraction_by_cpu` their ratio: the
+    fraction of the limit the actors would reach on otherwise idle cores.
     """
     s = setup(config)
     state = initial_state(config, s)
@@ -42,7 +44,8 @@ def bench(config: Config, seconds: float = 10.0, rounds: int = 3) -> dict[str, A
     for _ in range(rounds):
         limits.append(limit_sps(config, s, state.params, seconds / rounds))
         actors.append(actor_sps(config, s, state.params, seconds / rounds))
-    limit, actor = float(np.median(limits)), float(np.median(actors))
+    limit, actor = (float(np.median([sps for sps, _ in runs])) for runs in (limits, actors))
+    limit_cpu, actor_cpu = (float(np.median([cpu for _, cpu in runs])) for runs in (limits, actors))
     return {
         "env": config.env.id,
         "num_envs": config.arch.num_envs,
@@ -52,18 +55,25 @@ def bench(config: Config, seconds: float = 10.0, rounds: int = 3) -> dict[str, A
         "limit_sps": limit,
         "actor_sps": actor,
         "actor_fraction": actor / limit,
+        "limit_cpu_us_per_step": limit_cpu,
+        "actor_cpu_us_per_step": actor_cpu,
+        "actor_fraction_by_cpu": limit_cpu / actor_cpu,
         "sps": training_sps(config, s, seconds),
-        "rounds": {"limit_sps": limits, "actor_sps": actors},
+        "rounds": {"limit_sps": [sps for sps, _ in limits], "actor_sps": [sps for sps, _ in actors]},
     }
 
 
-def _measure(group: ThreadGroup, counts: np.ndarray, seconds: float) -> float:
-    """Env steps per second summed over `counts`, between warm-up and warm-up + seconds."""
+def _measure(group: ThreadGroup, counts: np.ndarray, seconds: float) -> tuple[float, float]:
+    """`(env steps per second, process CPU microseconds per env step)` summed over
+    `counts`, between warm-up and warm-up + seconds. CPU time per step is what a loaded
+    machine (other processes on the same cores) distorts least."""
     try:
         _sleep(group, WARMUP_S)
-        before, start = counts.sum(), time.perf_counter()
+        before, start, cpu = counts.sum(), time.perf_counter(), time.process_time()
         _sleep(group, seconds)
-        return float((counts.sum() - before) / (time.perf_counter() - start))
+        steps = counts.sum() - before
+        sps = float(steps / (time.perf_counter() - start))
+        return sps, float((time.process_time() - cpu) / max(steps, 1) * 1e6)
     finally:
         group.join()
         group.raise_error()
@@ -75,7 +85,7 @@ def _sleep(group: ThreadGroup, seconds: float) -> None:
         time.sleep(0.05)
 
 
-def limit_sps(config: Config, s: Setup, params: Any, seconds: float) -> float:
+def limit_sps(config: Config, s: Setup, params: Any, seconds: float) -> tuple[float, float]:
     """Environment steps plus policy inference only, same threads and environments."""
     policy_step = make_policy_step(s.agent.act)
     counts = np.zeros(s.layout.num_actor_threads, np.int64)
@@ -103,7 +113,7 @@ def _step_only(config: Config, s: Setup, params: Any, device: Any, policy_step: 
         env.close()
 
 
-def actor_sps(config: Config, s: Setup, params: Any, seconds: float) -> float:
+def actor_sps(config: Config, s: Setup, params: Any, seconds: float) -> tuple[float, float]:
     """The actor pipeline with a learner that only consumes (never blocks the actors on
     parameters: they keep version 0)."""
     sources = param_sources(s.layout)
