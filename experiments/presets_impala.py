@@ -62,7 +62,7 @@ def impala_pong_sebulba() -> Config:
     return Config(
         env=_atari_env("Pong-v5"),
         agent=ImpalaConfig(learning_rate=6e-4, optimizer="rmsprop", entropy_coef=0.01, max_grad_norm=40.0,
-                           torso="impala_cnn", shared_torso=True, anneal_lr=True),
+                           torso="impala_cnn", shared_torso=True, anneal_lr=True, unroll_sgd=True),
         arch=SebulbaConfig(num_envs=32, rollout_length=20, max_policy_lag=1, updates_per_log=10),
         total_env_steps=10_000_000,
     )

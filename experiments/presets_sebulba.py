@@ -33,7 +33,7 @@ def _atari_ppo(env_id: str) -> Config:
         agent=PPOConfig(
             learning_rate=2.5e-4, anneal_lr=True, num_epochs=4, num_minibatches=4, gamma=0.99,
             gae_lambda=0.95, clip_eps=0.1, clip_value=True, entropy_coef=0.01, value_coef=0.5,
-            max_grad_norm=0.5, torso="nature_cnn", shared_torso=True,
+            max_grad_norm=0.5, torso="nature_cnn", shared_torso=True, unroll_sgd=True,
         ),
         arch=SebulbaConfig(num_envs=8, rollout_length=128, updates_per_log=1),
         total_env_steps=10_000_000,
