@@ -154,7 +154,8 @@ def make_ppo(
         gae = jax.vmap(gae_advantages, in_axes=(1, 1, 1, 1, None, 1), out_axes=1)
         return gae(traj.reward, discount, traj.extras["value"], next_value, config.gae_lambda, end)
 
-    return Agent(init=init, act=common.make_sampling_act(network), update=update)
+    return Agent(init=init, act=common.make_sampling_act(network), update=update,
+                 greedy_act=common.make_greedy_act(network))
 
 
 def _normalize(x: jax.Array, axis_name: parallel.AxisName) -> jax.Array:
