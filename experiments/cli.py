@@ -98,10 +98,11 @@ def cmd_train(preset: str | None, resume_dir: str | None, overrides: list[str]) 
     from experiments import train as train_lib
     from experiments.signals import stop_on_signals
 
-    if (preset is None) == (resume_dir is None):
-        _fail("give a preset to train, or --resume RUN_DIR (not both)")
-    if resume_dir is not None and overrides:
-        _fail(f"--resume continues a run with its saved config; unexpected arguments: {' '.join(overrides)}")
+    if preset is None and resume_dir is None:
+        _fail("give a preset to train, or --resume RUN_DIR")
+    if resume_dir is not None and (preset is not None or overrides):
+        extra = ([preset] if preset is not None else []) + overrides
+        _fail(f"--resume continues a run with its saved config; unexpected arguments: {' '.join(extra)}")
     config = resolve_config(preset, overrides) if preset is not None else None
     with stop_on_signals() as stop:
         if config is not None:

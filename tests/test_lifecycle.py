@@ -75,8 +75,7 @@ def test_stop_and_resume_on_4_devices_is_exact(tmp_path):
 
 @pytest.mark.timeout(120)
 def test_resume_with_another_config_is_a_clear_error(tmp_path):
-    config = dataclasses.replace(TINY, total_env_steps=8 * 16 * 3, run_dir=str(tmp_path / "run"))
-    train_lib.train(config)
+    train_lib.train(dataclasses.replace(TINY, run_dir=str(tmp_path / "run")), should_stop=StopAfter(0))
     saved = json.loads((tmp_path / "run" / "config.json").read_text())
     saved["agent"]["hidden_sizes"] = [32, 32]
     (tmp_path / "run" / "config.json").write_text(json.dumps(saved))
