@@ -146,6 +146,7 @@ def _record(env: JaxEnv, policy: Policy, params: Params, key: PRNGKey) -> tuple[
     limit = env.max_episode_steps(env_params)
     reset_key, key = jax.random.split(key)
     inner, obs = env.reset_env(reset_key, env_params)
+    inner = jax.tree.map(jnp.asarray, inner)  # some envs start with Python scalars
 
     def step(carry, key):
         inner, obs, ended = carry

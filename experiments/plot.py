@@ -154,10 +154,10 @@ def _draw(groups: dict[str, list[Curves]], spread: str, smooth: int, title: str 
         axes[1].set_xlabel("Wall-clock time (s)")
         axes[0].set_ylabel("Episode return")
         for ax in axes:
-            ax.margins(x=0)
-        spread_name = "standard error" if spread == "stderr" else "min-max"
-        axes[0].legend(frameon=False, loc="lower right", title=f"mean, shaded: {spread_name}",
-                       title_fontsize=9)
+            ax.set_xlim(left=0)
+        spread_name = "±1 standard error" if spread == "stderr" else "min–max"
+        axes[0].legend(frameon=False, loc="lower right", title=f"mean over seeds, shaded {spread_name}",
+                       title_fontsize=9, alignment="left")
         if title:
             figure.suptitle(title)
     return figure

@@ -180,3 +180,15 @@ def test_signals_set_the_stop_request_and_handlers_come_back():
         time.sleep(0.01)
         assert stop() and stop.name == "SIGTERM"
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+@pytest.mark.timeout(60)
+def test_cartpole_episode_renders_to_frames():
+    from experiments.evaluate import record_episode
+
+    env = make_jax_env("CartPole-v1")
+    push_right = lambda params, obs, key: jax.numpy.ones(obs.shape[0], jax.numpy.int32)  # noqa: E731
+    frames = record_episode(env, push_right, None, jax.random.key(0))
+    assert frames.dtype == np.uint8 and frames.shape[1:] == (200, 300, 3)
+    assert 5 < len(frames) < 100  # the pole falls: the episode ends early
+    assert not np.array_equal(frames[0], frames[-1])
