@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -14,6 +14,7 @@ from anakin.config import AnakinConfig
 from anakin.program import AXIS, CallMetrics, RunnerState, init_state, make_rollout_call, make_train_call
 from podracer import parallel
 from podracer.agents import make_agent
+from podracer.checkpoint import NonFiniteError, Progress, finite_per_seed
 from podracer.config import Config, ConfigError, check
 from podracer.envs import JaxEnv, UnknownEnvError, make_jax_env
 from podracer.types import Agent
@@ -44,6 +45,27 @@ class TrainResult(NamedTuple):
     state: RunnerState  # final state: `state.agent.params` has a leading seed axis
     agent: Agent
     run_dir: str | None = None  # set by `experiments.train`
+    stopped: bool = False  # True when `should_stop` ended the run early (checkpoint saved)
+
+
+class Checkpoints(Protocol):
+    """What the runner needs of a checkpointer (`podracer.checkpoint.Checkpointer`)."""
+
+    def save(self, state: Any, progress: Progress) -> None: ...
+
+    def restore(self, target: Any) -> tuple[Any, Progress]: ...
+
+    def latest_step(self) -> int | None: ...
+
+
+class _Call(NamedTuple):
+    """A dispatched host call whose metrics have not been read yet."""
+
+    first_update: int  # 1-based
+    num_updates: int
+    metrics: CallMetrics
+    finite: jax.Array  # bool [S]: parameters after the call are finite
+    checkpoint_after: bool
 
 
 def select_devices(indices: tuple[int, ...]) -> list[jax.Device]:
@@ -94,42 +116,105 @@ def initial_state(config: Config, s: Setup) -> RunnerState:
                       config.arch.num_seeds, config.arch.num_envs)
 
 
-def train(config: Config, on_metrics: MetricsCallback | None = None) -> TrainResult:
+def train(
+    config: Config,
+    on_metrics: MetricsCallback | None = None,
+    *,
+    checkpointer: Checkpoints | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    resume: bool = False,
+) -> TrainResult:
     """Train `config.agent` on `config.env` with Anakin; returns metrics and final state.
 
     `on_metrics` receives each metrics row as soon as it exists (the command-line tool
     writes them to disk and the console); a notebook can just read `result.metrics`.
+    With a `checkpointer`, the state is saved every `config.checkpoint.every_updates`, when
+    `should_stop()` turns true (checked between host calls; the run then returns with
+    `stopped=True`) and at the end; `resume=True` continues from its latest checkpoint,
+    exactly. A non-finite loss or parameter raises `NonFiniteError` before it is saved.
     """
     s = setup(config)
     state = initial_state(config, s)
+    progress = Progress()
+    if resume:
+        if checkpointer is None:
+            raise ValueError("resume=True needs a checkpointer")
+        state, progress = checkpointer.restore(state)
     train_call = make_train_call(s.env, s.env_params, s.agent, s.mesh, config.arch.rollout_length)
+    finite = jax.jit(lambda agent_state: finite_per_seed(agent_state.params))
+    should_stop = should_stop or (lambda: False)
+    total, every = s.sizes.num_updates, config.checkpoint.every_updates
     rows: list[dict[str, Any]] = []
-    start = last_time = time.perf_counter()
-    done_updates = 0
-    pending: tuple[int, CallMetrics] | None = None
+    clock = _Clock(progress.wall_s)
+    dispatched = progress.updates
+    pending: _Call | None = None
     # Dispatch call k+1 before reading the metrics of call k, so the devices never idle
-    # while the host formats and writes a row.
-    while done_updates < s.sizes.num_updates or pending is not None:
+    # while the host formats and writes a row. The pipeline drains before a checkpoint
+    # (the state after call k is donated to call k+1) and before stopping.
+    while True:
+        stop = pending is not None and should_stop()
         launched = None
-        if done_updates < s.sizes.num_updates:
-            n = min(config.arch.updates_per_call, s.sizes.num_updates - done_updates)
+        if dispatched < total and not (stop or (pending is not None and pending.checkpoint_after)):
+            n = min(config.arch.updates_per_call, total - dispatched)
             state, metrics = train_call(state, jnp.int32(n))
-            done_updates += n
-            launched = (n, metrics)
+            crosses = every > 0 and dispatched // every < (dispatched + n) // every
+            launched = _Call(dispatched + 1, n, metrics, finite(state.agent), crosses)
+            dispatched += n
         if pending is not None:
-            n_prev, metrics_prev = pending
-            metrics_prev = jax.device_get(metrics_prev)
-            now = time.perf_counter()
-            env_steps = (done_updates - (n if launched else 0)) * s.sizes.steps_per_update
-            row = metrics_row(metrics_prev, n_prev, env_steps, config.arch.num_seeds,
-                              n_prev * s.sizes.steps_per_update * config.arch.num_seeds / (now - last_time),
-                              now - start)
-            last_time = now
+            progress, row = _finish(pending, progress, s.sizes, config.arch.num_seeds, clock, checkpointer)
             rows.append(row)
             if on_metrics is not None:
                 on_metrics(row)
+            if launched is None and checkpointer is not None:
+                checkpointer.save(state, progress)  # the state right after `pending`
+            if stop:
+                return TrainResult(rows, state, s.agent, stopped=True)
+        if launched is None and dispatched >= total:
+            return TrainResult(rows, state, s.agent)
         pending = launched
-    return TrainResult(rows, state, s.agent)
+
+
+class _Clock:
+    """Wall time of a run over all its sessions, and the time since the last row."""
+
+    def __init__(self, offset_s: float):
+        self.start = time.perf_counter() - offset_s
+        self.last = time.perf_counter()
+
+    def lap(self) -> tuple[float, float]:
+        """`(seconds since the previous lap, run wall time)`."""
+        now = time.perf_counter()
+        interval, self.last = now - self.last, now
+        return interval, now - self.start
+
+
+def _finish(
+    call: _Call, progress: Progress, sizes: Sizes, num_seeds: int, clock: _Clock, checkpointer: Checkpoints | None
+) -> tuple[Progress, dict[str, Any]]:
+    """Read a call's metrics, refuse non-finite results, and build its metrics row."""
+    metrics, finite = jax.device_get((call.metrics, call.finite))
+    _check_finite(call, metrics, finite, checkpointer)
+    interval, wall_s = clock.lap()
+    updates = call.first_update - 1 + call.num_updates
+    env_steps = updates * sizes.steps_per_update
+    sps = call.num_updates * sizes.steps_per_update * num_seeds / interval
+    row = metrics_row(metrics, call.num_updates, env_steps, num_seeds, sps, wall_s)
+    return Progress(updates, env_steps, wall_s, progress.rows + 1), row
+
+
+def _check_finite(call: _Call, metrics: CallMetrics, finite: np.ndarray, checkpointer: Checkpoints | None) -> None:
+    loss_ok = np.all([np.isfinite(np.asarray(v)) for v in metrics.agent.values()], axis=0)
+    bad_seeds = np.flatnonzero(~(np.asarray(finite) & loss_ok))
+    if bad_seeds.size == 0:
+        return
+    last = call.first_update + call.num_updates - 1
+    where = f"update {last}" if call.num_updates == 1 else f"updates {call.first_update}-{last}"
+    what = "loss" if np.all(finite) else "parameters"
+    kept = checkpointer.latest_step() if checkpointer is not None else None
+    saved = "no checkpoint was written" if kept is None else f"the last good checkpoint is update {kept}"
+    raise NonFiniteError(
+        f"non-finite {what} in {where} (seed {', '.join(map(str, bad_seeds))}); run stopped, {saved}"
+    )
 
 
 def metrics_row(metrics: CallMetrics, num_updates: int, env_steps: int, num_seeds: int,

@@ -1,7 +1,10 @@
-"""The `podracer` command: list, train, bench.
+"""The `podracer` command: list, train (and resume), evaluate, plot, bench.
 
-User errors (unknown preset or field, bad value, impossible sizes, unwritable run dir)
-exit with status 2 and one line on stderr naming the problem, before anything compiles.
+User errors (unknown preset or field, bad value, impossible sizes, unwritable run dir, a
+checkpoint from another config) exit with status 2 and one line on stderr naming the
+problem, before anything compiles. A run that diverges (non-finite loss) exits with
+status 1 and one line. SIGTERM/SIGINT stop a run after a checkpoint; it exits with
+128 + the signal number and `podracer train --resume RUN_DIR` continues it.
 """
 
 from __future__ import annotations
@@ -11,9 +14,11 @@ import json
 import sys
 from typing import NoReturn
 
+from podracer.checkpoint import NonFiniteError
 from podracer.config import ConfigError
 
 USAGE_ERROR = 2
+RUN_FAILED = 1
 
 
 class _Parser(argparse.ArgumentParser):
@@ -33,9 +38,29 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("list", help="presets, environments, algorithms")
 
     train = commands.add_parser(
-        "train", help="train a preset", description="podracer train PRESET [--section.field VALUE ...]"
+        "train", help="train a preset, or resume a run", allow_abbrev=False,
+        description="podracer train PRESET [--section.field VALUE ...] | podracer train --resume RUN_DIR",
     )
-    train.add_argument("preset", help="preset name (see `podracer list`)")
+    train.add_argument("preset", nargs="?", help="preset name (see `podracer list`)")
+    train.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
+
+    evaluate = commands.add_parser("evaluate", help="the policy of a run's latest checkpoint")
+    evaluate.add_argument("run_dir", metavar="RUN_DIR")
+    evaluate.add_argument("--episodes", type=int, default=100, help="episodes to run (default 100)")
+    evaluate.add_argument("--seed", type=int, default=0, help="evaluation seed (default 0)")
+    evaluate.add_argument("--agent-seed", type=int, default=0, help="which of the run's seeds (default 0)")
+    evaluate.add_argument("--sample", action="store_true", help="sample actions instead of the argmax")
+    evaluate.add_argument("--json", action="store_true", help="print one JSON object")
+    evaluate.add_argument("--video", metavar="FILE", help="write one episode as FILE (.gif or .mp4)")
+
+    plot = commands.add_parser("plot", help="learning curves of runs")
+    plot.add_argument("run_dirs", metavar="RUN_DIR", nargs="+")
+    plot.add_argument("--out", required=True, metavar="FILE.png")
+    plot.add_argument("--labels", nargs="+", help="one label per run; runs with the same label are pooled")
+    plot.add_argument("--spread", choices=["stderr", "minmax"], default="stderr",
+                      help="shaded band over seeds (default: standard error)")
+    plot.add_argument("--smooth", type=int, default=1, help="moving average over this many rows")
+    plot.add_argument("--title", default=None)
 
     launch = commands.add_parser(
         "launch-local", help="run a preset as N local processes (jax.distributed on 127.0.0.1)",
@@ -82,18 +107,56 @@ def cmd_list() -> None:
           "Breakout-v5) and any Gymnasium id")
 
 
-def cmd_train(preset: str, overrides: list[str]) -> None:
-    from experiments.train import train
+def cmd_train(preset: str | None, resume_dir: str | None, overrides: list[str]) -> int:
+    from experiments import train as train_lib
+    from experiments.signals import stop_on_signals
 
-    config = resolve_config(preset, overrides)
-    result = train(config, name=preset)
+    if preset is None and resume_dir is None:
+        _fail("give a preset to train, or --resume RUN_DIR")
+    if resume_dir is not None and (preset is not None or overrides):
+        extra = ([preset] if preset is not None else []) + overrides
+        _fail(f"--resume continues a run with its saved config; unexpected arguments: {' '.join(extra)}")
+    config = resolve_config(preset, overrides) if preset is not None else None
+    with stop_on_signals() as stop:
+        if config is not None:
+            result = train_lib.train(config, name=preset, should_stop=stop)
+        else:
+            result = train_lib.resume(resume_dir, should_stop=stop)
+    env_steps = result.metrics[-1]["env_steps"] if result.metrics else "no new"
+    if result.stopped:
+        print(f"podracer: stopped by {stop.name} at {env_steps:,} env steps, checkpoint saved; "
+              f"continue with: podracer train --resume {result.run_dir}", file=sys.stderr)
+        return 128 + stop.signum
     from podracer.distributed import is_leader
 
     if not is_leader():  # process 0 alone reports a multi-process run
-        return
+        return 0
     last = next((row for row in reversed(result.metrics) if row.get("episode_return") is not None), None)
     final = "-" if last is None else f"{last['episode_return']:.1f}"
-    print(f"done: {result.metrics[-1]['env_steps']:,} env steps, final return {final}, run dir {result.run_dir}")
+    steps = f"{env_steps:,}" if isinstance(env_steps, int) else env_steps
+    print(f"done: {steps} env steps, final return {final}, run dir {result.run_dir}")
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> None:
+    from experiments.evaluate import evaluate
+
+    result = evaluate(args.run_dir, episodes=args.episodes, seed=args.seed, agent_seed=args.agent_seed,
+                      sample=args.sample, video=args.video)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"{result['env']}: mean return {result['mean_return']:.2f} +- {result['std_return']:.2f} over "
+              f"{result['episodes']} episodes ({result['policy']} policy, {result['env_steps']:,} env steps)")
+        if args.video:
+            print(f"video: {args.video}")
+
+
+def cmd_plot(args: argparse.Namespace) -> None:
+    from experiments.plot import plot_runs
+
+    plot_runs(args.run_dirs, args.out, labels=args.labels, spread=args.spread, smooth=args.smooth, title=args.title)
+    print(f"wrote {args.out}")
 
 
 def cmd_launch_local(preset: str, overrides: list[str], num_processes: int, cpu_devices: int | None) -> None:
@@ -125,22 +188,32 @@ def cmd_bench(arch: str, preset: str | None, overrides: list[str], as_json: bool
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
-    if args.command == "list" and rest:
+    if args.command not in ("train", "bench", "launch-local") and rest:
         _fail(f"unexpected arguments: {' '.join(rest)}")
+    code = 0
     try:
         if args.command == "list":
             cmd_list()
         elif args.command == "train":
-            cmd_train(args.preset, rest)
+            code = cmd_train(args.preset, args.resume, rest)
+        elif args.command == "evaluate":
+            cmd_evaluate(args)
+        elif args.command == "plot":
+            cmd_plot(args)
         elif args.command == "launch-local":
             cmd_launch_local(args.preset, rest, args.num_processes, args.cpu_devices)
         elif args.command == "bench":
             cmd_bench(args.arch, args.preset, rest, args.json, args.seconds)
     except ConfigError as error:
         _fail(str(error))
+    except NonFiniteError as error:
+        print(f"podracer: error: {error}", file=sys.stderr)
+        raise SystemExit(RUN_FAILED)
     except KeyboardInterrupt:
         print("podracer: interrupted", file=sys.stderr)
         raise SystemExit(130)
+    if code:
+        raise SystemExit(code)
 
 
 if __name__ == "__main__":

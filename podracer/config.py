@@ -1,6 +1,7 @@
 """Run configuration: frozen dataclasses, validated when built.
 
-The tree is `Config(seed, total_env_steps, run_dir, env, agent, arch, log, distributed)`;
+The tree is `Config(seed, total_env_steps, run_dir, env, agent, arch, log, checkpoint,
+distributed)`;
 `agent` is an algorithm's config (e.g. `PPOConfig`) and `arch` an architecture's
 (`AnakinConfig`, `SebulbaConfig`). Sizes derived from it are computed by the runners,
 never written back.
@@ -9,7 +10,8 @@ never written back.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+import typing
+from typing import Any, Mapping
 
 
 class ConfigError(ValueError):
@@ -56,8 +58,31 @@ class EnvConfig:
 
 @dataclasses.dataclass(frozen=True)
 class LogConfig:
+    """Where metrics go: metrics.jsonl always; TensorBoard, console and W&B on request."""
+
     console: bool = True  # progress bar with env steps, steps/s and recent return
     tensorboard: bool = True
+    wandb: bool = False  # Weights & Biases (needs `pip install wandb`)
+    wandb_project: str = "podracer"
+
+    def __post_init__(self) -> None:
+        check(bool(self.wandb_project), "log.wandb_project", "must be a non-empty project name", self.wandb_project)
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointConfig:
+    """Orbax checkpoints of the whole training state in `RUN_DIR/checkpoints`.
+
+    One is written at the end of the host call that reaches each multiple of
+    `every_updates` (0: none on the way), on SIGTERM/SIGINT, and at the end of the run.
+    """
+
+    every_updates: int = 100
+    keep: int = 3  # the newest `keep` checkpoints are kept
+
+    def __post_init__(self) -> None:
+        check(self.every_updates >= 0, "checkpoint.every_updates", "must be >= 0", self.every_updates)
+        check(self.keep >= 1, "checkpoint.keep", "must be >= 1", self.keep)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,6 +113,7 @@ class Config:
     run_dir: str | None = None  # default: runs/<preset>-<time>
     env: EnvConfig = EnvConfig()
     log: LogConfig = LogConfig()
+    checkpoint: CheckpointConfig = CheckpointConfig()
     distributed: DistributedConfig = DistributedConfig()
 
     def __post_init__(self) -> None:
@@ -107,3 +133,42 @@ def to_dict(config: Any) -> dict[str, Any]:
         else:
             out[field.name] = value
     return out
+
+
+CORE_TYPES: tuple[type, ...] = (Config, EnvConfig, LogConfig, CheckpointConfig, DistributedConfig)
+
+
+def from_dict(data: Mapping[str, Any], types: Mapping[str, type] | tuple[type, ...] = ()) -> Any:
+    """Rebuild a config tree written by `to_dict`, choosing each section's class by its
+    `_type` tag among `CORE_TYPES` and `types` (agent and architecture configs).
+
+    Lists become tuples where the field is a tuple; a field missing from `data` takes its
+    default (configs written before the field existed still load); an unknown tag or field
+    raises ConfigError. Every section is validated again as it is built.
+    """
+    extra = types.values() if isinstance(types, Mapping) else types
+    registry = {cls.__name__: cls for cls in (*CORE_TYPES, *extra)}
+    return _build(data, registry, "config")
+
+
+def _build(data: Mapping[str, Any], registry: dict[str, type], where: str) -> Any:
+    tag = data.get("_type")
+    if tag not in registry:
+        raise ConfigError(f"{where}: unknown config type {tag!r}; known: {', '.join(sorted(registry))}")
+    cls = registry[tag]
+    hints = typing.get_type_hints(cls)
+    names = {field.name for field in dataclasses.fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for name, value in data.items():
+        if name == "_type":
+            continue
+        if name not in names:
+            raise ConfigError(f"{where}.{name}: no such field in {tag}")
+        path = name if where == "config" else f"{where}.{name}"
+        if isinstance(value, Mapping) and "_type" in value:
+            kwargs[name] = _build(value, registry, path)
+        elif isinstance(value, list) and typing.get_origin(hints[name]) is tuple:
+            kwargs[name] = tuple(value)
+        else:
+            kwargs[name] = value
+    return cls(**kwargs)

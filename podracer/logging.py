@@ -1,4 +1,4 @@
-"""Metric sinks: JSON lines, TensorBoard, and a console progress bar.
+"""Metric sinks: JSON lines, TensorBoard, Weights & Biases, and a console progress bar.
 
 A sink is anything with `write(row: dict)` and `close()`. Rows are flat dicts with at
 least `env_steps`, `sps`, `wall_s` and `episode_return` (None when no episode finished).
@@ -20,17 +20,47 @@ class Sink(Protocol):
 
 
 class JsonlSink:
-    """Appends one JSON object per row to a file, flushed at once (a crash loses nothing)."""
+    """Appends one JSON object per row to a file, flushed at once (a crash loses nothing).
 
-    def __init__(self, path: str):
+    `keep_rows` (when resuming a run) first cuts the file to its first `keep_rows` lines:
+    the rows written after the checkpoint the run continues from are written again. The
+    cut happens at the first write, so a resume that fails before training loses nothing.
+    """
+
+    def __init__(self, path: str, keep_rows: int | None = None):
+        self._path = path
+        self._keep_rows = keep_rows
         self._file = open(path, "a", encoding="utf-8")
 
     def write(self, row: dict[str, Any]) -> None:
+        if self._keep_rows is not None:
+            self._truncate(self._keep_rows)
+            self._keep_rows = None
         self._file.write(json.dumps(_finite(row)) + "\n")
         self._file.flush()
 
+    def _truncate(self, rows: int) -> None:
+        self._file.close()
+        with open(self._path, "r", encoding="utf-8") as f:
+            kept = f.readlines()[:rows]
+        with open(self._path, "w", encoding="utf-8") as f:
+            f.writelines(line if line.endswith("\n") else line + "\n" for line in kept)
+        self._file = open(self._path, "a", encoding="utf-8")
+
     def close(self) -> None:
         self._file.close()
+
+
+def read_jsonl(path: str) -> list[dict[str, Any]]:
+    """The rows of a metrics.jsonl file (a torn last line, from a crash, is skipped)."""
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return rows
 
 
 class TensorBoardSink:
@@ -50,6 +80,46 @@ class TensorBoardSink:
 
     def close(self) -> None:
         self._writer.close()
+
+
+class WandbSink:
+    """Every numeric field to a Weights & Biases run, against `env_steps`.
+
+    The W&B run id is kept in `RUN_DIR/wandb_id`, so a resumed run continues the same
+    W&B run.
+    """
+
+    def __init__(self, project: str, run_dir: str, config: dict[str, Any]):
+        import uuid
+
+        import wandb
+
+        id_path = os.path.join(run_dir, "wandb_id")
+        if os.path.exists(id_path):
+            with open(id_path, encoding="utf-8") as f:
+                run_id = f.read().strip()
+        else:
+            run_id = uuid.uuid4().hex[:12]
+            with open(id_path, "w", encoding="utf-8") as f:
+                f.write(run_id)
+        self._run = wandb.init(project=project, name=os.path.basename(os.path.abspath(run_dir)), dir=run_dir,
+                               config=config, id=run_id, resume="allow")
+
+    def write(self, row: dict[str, Any]) -> None:
+        numbers = {k: v for k, v in _finite(row).items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        self._run.log(numbers, step=int(row["env_steps"]))
+
+    def close(self) -> None:
+        self._run.finish()
+
+
+def wandb_available() -> bool:
+    """Whether `import wandb` works (checked before a run that asks for W&B starts)."""
+    try:
+        import wandb  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 class ConsoleProgress:

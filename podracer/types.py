@@ -99,11 +99,14 @@ class Agent(NamedTuple):
             loss and optimizer. Gradients and any batch statistics are averaged over the
             mesh axis names the agent was built with, so the caller only has to run it
             under `shard_map` (or not at all, on one device).
+    greedy_act: `(params, obs [B, ...]) -> action [B]`, the most likely action, for
+            evaluation; None if the algorithm has no such notion.
     """
 
     init: Callable[[PRNGKey], AgentState]
     act: Callable[[Params, Array, PRNGKey], tuple[Array, dict[str, Array]]]
     update: Callable[[AgentState, Trajectory, PRNGKey], tuple[AgentState, Metrics]]
+    greedy_act: Callable[[Params, Array], Array] | None = None
 
 
 def zeros_like_spec(spec: ObsSpec, batch: tuple[int, ...] = ()) -> np.ndarray:

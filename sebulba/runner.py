@@ -45,6 +45,7 @@ class TrainResult(NamedTuple):
     state: AgentState  # final learner state, replicated over the learner devices
     agent: Agent
     run_dir: str | None = None  # set by `experiments.train`
+    stopped: bool = False  # True when `should_stop` ended the run early
 
 
 def setup(config: Config) -> Setup:
@@ -68,15 +69,34 @@ def initial_state(config: Config, s: Setup) -> AgentState:
     return parallel.replicate(state, s.mesh)
 
 
-def train(config: Config, on_metrics: MetricsCallback | None = None) -> TrainResult:
+def train(
+    config: Config,
+    on_metrics: MetricsCallback | None = None,
+    *,
+    checkpointer: Any = None,
+    should_stop: Callable[[], bool] | None = None,
+    resume: bool = False,
+) -> TrainResult:
     """Train `config.agent` on the host environment `config.env` with Sebulba.
 
     `on_metrics` receives each metrics row (see `sebulba.metrics`) in the calling thread as
-    soon as it exists. Ctrl-C or a fault in any thread stops every thread and re-raises.
+    soon as it exists. Ctrl-C or a fault in any thread stops every thread and re-raises;
+    `should_stop()` (polled by the main thread) ends the run early with `stopped=True`.
+    Checkpoints and resume are not implemented for Sebulba yet: `resume=True` is an error
+    and `checkpointer` is unused.
     """
+    del checkpointer
+    if resume:
+        raise ConfigError("resume: Sebulba runs cannot be resumed yet (only Anakin runs checkpoint)")
     s = setup(config)
-    rows, state = run(config, s, initial_state(config, s), on_metrics)
-    return TrainResult(rows, state, s.agent)
+    stop_requested = [False]
+
+    def stop_early() -> bool:
+        stop_requested[0] = stop_requested[0] or (should_stop is not None and should_stop())
+        return stop_requested[0]
+
+    rows, state = run(config, s, initial_state(config, s), on_metrics, stop_early)
+    return TrainResult(rows, state, s.agent, stopped=stop_requested[0])
 
 
 def actor_seed(seed: int, thread: int) -> int:

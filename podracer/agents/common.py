@@ -51,6 +51,16 @@ def make_sampling_act(network: nn.Module) -> Callable[[Params, Array, PRNGKey], 
     return act
 
 
+def make_greedy_act(network: nn.Module) -> Callable[[Params, Array], Array]:
+    """`greedy_act(params, obs [B, ...]) -> action [B]`: the argmax of the policy logits."""
+
+    def greedy_act(params: Params, obs: Array) -> Array:
+        logits, _ = network.apply(params, obs)
+        return jnp.argmax(logits, axis=-1)
+
+    return greedy_act
+
+
 def flatten_time_batch(tree: Any) -> Any:
     """`[T, B, ...] -> [T * B, ...]` for every leaf."""
     return jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), tree)

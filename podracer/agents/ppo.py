@@ -160,7 +160,8 @@ def make_ppo(
         gae = jax.vmap(gae_advantages, in_axes=(1, 1, 1, 1, None, 1), out_axes=1)
         return traj, *gae(traj.reward, discount, traj.extras["value"], next_value, config.gae_lambda, end)
 
-    return Agent(init=init, act=common.make_sampling_act(network), update=update)
+    return Agent(init=init, act=common.make_sampling_act(network), update=update,
+                 greedy_act=common.make_greedy_act(network))
 
 
 def vtrace_advantages_and_targets(network, config: PPOConfig, params, traj: Trajectory):

@@ -7,10 +7,11 @@ from typing import Callable
 
 from podracer.envs.base import EnvState, JaxEnv
 from podracer.envs.catch import Catch
-from podracer.envs.gymnax_env import GYMNAX_IDS, GymnaxEnv
+from podracer.envs.gymnax_env import GYMNAX_IDS, GymnaxEnv, make_gymnax_env
 from podracer.envs.probes import PROBES
 
-__all__ = ["EnvState", "JaxEnv", "Catch", "GymnaxEnv", "make_jax_env", "jax_env_ids", "UnknownEnvError"]
+__all__ = ["EnvState", "JaxEnv", "Catch", "GymnaxEnv", "make_jax_env", "jax_env_ids", "register_jax_env",
+           "UnknownEnvError"]
 
 
 class UnknownEnvError(ValueError):
@@ -18,10 +19,24 @@ class UnknownEnvError(ValueError):
 
 
 _BUILTIN: dict[str, Callable[[], JaxEnv]] = {"Catch": Catch, **PROBES}
+_USER: dict[str, Callable[[], JaxEnv]] = {}  # filled by register_jax_env, never at import
 
 
 def jax_env_ids() -> list[str]:
-    return sorted(_BUILTIN) + list(GYMNAX_IDS)
+    return sorted(_BUILTIN) + list(GYMNAX_IDS) + sorted(_USER)
+
+
+def register_jax_env(env_id: str, factory: Callable[[], JaxEnv], overwrite: bool = False) -> None:
+    """Make `make_jax_env(env_id)` (and so `EnvConfig(env_id)`) build `factory()`.
+
+    For user environments in this process (a notebook, a script); a built-in id cannot be
+    replaced, and a user id only with `overwrite=True`.
+    """
+    if env_id in _BUILTIN or env_id in GYMNAX_IDS:
+        raise ValueError(f"{env_id!r} is a built-in environment id; choose another name")
+    if env_id in _USER and not overwrite:
+        raise ValueError(f"{env_id!r} is already registered; pass overwrite=True to replace it")
+    _USER[env_id] = factory
 
 
 def unknown_env_error(env_id: str, known: list[str], kind: str) -> UnknownEnvError:
@@ -34,6 +49,8 @@ def make_jax_env(env_id: str) -> JaxEnv:
     """Build a JAX environment by id: built-ins (`Catch`) or gymnax ids (`CartPole-v1`)."""
     if env_id in _BUILTIN:
         return _BUILTIN[env_id]()
+    if env_id in _USER:
+        return _USER[env_id]()
     if env_id in GYMNAX_IDS:
-        return GymnaxEnv(env_id)
+        return make_gymnax_env(env_id)
     raise unknown_env_error(env_id, jax_env_ids(), "JAX")

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from podracer.envs.base import JaxEnv
+from podracer.envs.render import grid_frame
 from podracer.types import DiscreteSpec, ObsSpec
 
 
@@ -26,6 +27,7 @@ class CatchState:
 
 class Catch(JaxEnv):
     name = "Catch"
+    render_fps = 4
 
     def __init__(self, rows: int = 10, columns: int = 5):
         self.rows, self.columns = rows, columns
@@ -47,6 +49,13 @@ class Catch(JaxEnv):
         board = jnp.zeros((self.rows, self.columns), jnp.float32)
         board = board.at[state.ball_y, state.ball_x].set(1.0)
         return board.at[self.rows - 1, state.paddle_x].set(1.0)
+
+    def render(self, state: CatchState) -> jax.Array:
+        """The board as an RGB frame: ball orange, paddle blue."""
+        cells = jnp.zeros((self.rows, self.columns), jnp.int32)
+        cells = cells.at[self.rows - 1, state.paddle_x].set(2)
+        cells = cells.at[state.ball_y, state.ball_x].set(1)
+        return grid_frame(cells, [(245, 245, 245), (230, 120, 30), (40, 100, 200)])
 
     def max_episode_steps(self, params: Any) -> int:
         return self.rows  # never reached: the ball lands after rows - 1 steps

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 
 from podracer.envs.base import JaxEnv
+from podracer.envs.render import cartpole_frame
 from podracer.types import DiscreteSpec, ObsSpec
 
 # gymnax folds its time limit into `done`; the adapter turns it off inside gymnax
@@ -62,3 +64,21 @@ class GymnaxEnv(JaxEnv):
 
     def action_spec(self, params: Any) -> DiscreteSpec:
         return DiscreteSpec(int(self._env.num_actions))
+
+
+class GymnaxCartPole(GymnaxEnv):
+    """gymnax's CartPole-v1, drawn for videos."""
+
+    render_fps = 50
+
+    def __init__(self, env_id: str = "CartPole-v1", **kwargs: Any):
+        super().__init__(env_id, **kwargs)
+
+    def render(self, state: Any) -> jax.Array:
+        params = self._params
+        return cartpole_frame(state.x, state.theta, float(params.x_threshold), float(params.length))
+
+
+def make_gymnax_env(env_id: str, **kwargs: Any) -> GymnaxEnv:
+    """The adapter for a gymnax id, with a renderer where one exists."""
+    return {"CartPole-v1": GymnaxCartPole}.get(env_id, GymnaxEnv)(env_id, **kwargs)

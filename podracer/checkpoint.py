@@ -1,0 +1,207 @@
+"""Orbax checkpoints of the whole training state, and the guard against non-finite values.
+
+A checkpoint holds a runner's complete device state (for Anakin the `RunnerState`:
+parameters, optimizer state, RNG keys, environment states) together with the host's
+`Progress` counters, written as one orbax step. Orbax writes a step into a temporary
+directory and renames it when complete, so a process killed while writing never leaves a
+half-written checkpoint as the latest: the previous one stays the latest.
+
+Typed PRNG keys are stored as their raw key data and rewrapped on restore. Restoring places
+every array with the sharding of a *target* state built for the current config and mesh
+(sharded environments, replicated agent); a checkpoint whose arrays do not match the
+target's shapes raises `CheckpointMismatchError`, naming the first leaf that differs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from podracer.config import ConfigError
+
+
+class CheckpointMismatchError(ConfigError):
+    """A checkpoint that does not fit the config it is restored for."""
+
+
+class NoCheckpointError(ConfigError):
+    """A run directory without any complete checkpoint."""
+
+
+class NonFiniteError(RuntimeError):
+    """A non-finite loss or parameter: the run stops and keeps its last good checkpoint."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Progress:
+    """Host counters saved with the device state: enough to continue exactly."""
+
+    updates: int = 0  # updates applied (per seed)
+    env_steps: int = 0  # env steps of one seed
+    wall_s: float = 0.0  # training wall time so far, over every session of the run
+    rows: int = 0  # metrics rows written (lines of metrics.jsonl)
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Progress":
+        names = {field.name for field in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def checkpoint_dir(run_dir: str) -> str:
+    return os.path.join(os.path.abspath(run_dir), "checkpoints")
+
+
+class Checkpointer:
+    """Save and restore `(state, Progress)` pairs in `directory`, keeping the newest `keep`.
+
+    The orbax step number is `progress.updates`. Saves are synchronous: when `save`
+    returns, the checkpoint is complete on disk. `read_only` opens an existing directory
+    to restore from (NoCheckpointError if there is none).
+    """
+
+    def __init__(self, directory: str, keep: int = 3, read_only: bool = False):
+        import orbax.checkpoint as ocp
+
+        self._ocp = ocp
+        self.directory = os.path.abspath(directory)
+        if read_only and not os.path.isdir(self.directory):
+            raise NoCheckpointError(f"no checkpoint in {self.directory}")
+        # Read-only use just never saves (orbax's own read_only mode logs warnings).
+        options = ocp.CheckpointManagerOptions(
+            max_to_keep=None if read_only else keep, enable_async_checkpointing=False, create=not read_only,
+        )
+        self._manager = ocp.CheckpointManager(self.directory, options=options)
+
+    def latest_step(self) -> int | None:
+        return self._manager.latest_step()
+
+    def all_steps(self) -> list[int]:
+        return list(self._manager.all_steps())
+
+    def save(self, state: Any, progress: Progress) -> None:
+        """Write `state` and `progress` as step `progress.updates` (no-op if it exists)."""
+        if progress.updates in self._manager.all_steps():
+            return
+        stored = to_storable(state)
+        host = {"progress": progress.to_json(), "leaves": leaf_signatures(stored)}
+        args = self._ocp.args
+        self._manager.save(
+            progress.updates,
+            args=args.Composite(state=args.StandardSave(stored), host=args.JsonSave(host)),
+        )
+        self._manager.wait_until_finished()
+
+    def progress(self, step: int | None = None) -> Progress:
+        """The host counters of a checkpoint (the latest by default), without its arrays."""
+        return Progress.from_json(self._host(step)["progress"])
+
+    def restore(self, target: Any, step: int | None = None) -> tuple[Any, Progress]:
+        """The checkpointed state, shaped and placed like `target` (same config and mesh)."""
+        step = self._step(step)
+        host = self._host(step)
+        stored_target = to_storable(target)
+        check_signatures(host["leaves"], leaf_signatures(stored_target))
+        abstract = jax.tree.map(
+            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), stored_target
+        )
+        args = self._ocp.args
+        restored = self._manager.restore(
+            step, args=args.Composite(state=args.StandardRestore(abstract))
+        )
+        return from_storable(restored.state, target), Progress.from_json(host["progress"])
+
+    def restore_agent(self, abstract_agent: Any, step: int | None = None) -> tuple[Any, Progress]:
+        """Only the `agent` field of a checkpointed state (leading seed axis), on one
+        device, whatever mesh wrote it: what evaluation needs. `abstract_agent` gives the
+        shapes (`jax.ShapeDtypeStruct`s, seed axis included)."""
+        step = self._step(step)
+        host = self._host(step)
+        stored = {f".agent{path}": sig for path, sig in leaf_signatures(abstract_agent).items()}
+        check_signatures({k: v for k, v in host["leaves"].items() if k.startswith(".agent")}, stored)
+        device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+        item = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device), abstract_agent)
+        restore_args = jax.tree.map(lambda x: self._ocp.ArrayRestoreArgs(sharding=device), abstract_agent)
+        args = self._ocp.args.PyTreeRestore(item={"agent": item}, restore_args={"agent": restore_args},
+                                            partial_restore=True)
+        restored = self._manager.restore(step, args=self._ocp.args.Composite(state=args))
+        return restored.state["agent"], Progress.from_json(host["progress"])
+
+    def close(self) -> None:
+        self._manager.close()
+
+    def __enter__(self) -> "Checkpointer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _step(self, step: int | None) -> int:
+        step = self.latest_step() if step is None else step
+        if step is None:
+            raise NoCheckpointError(f"no complete checkpoint in {self.directory}")
+        return step
+
+    def _host(self, step: int | None) -> dict[str, Any]:
+        step = self._step(step)
+        restored = self._manager.restore(step, args=self._ocp.args.Composite(host=self._ocp.args.JsonRestore()))
+        return restored.host
+
+
+def _is_key(x: Any) -> bool:
+    return isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
+def to_storable(tree: Any) -> Any:
+    """Typed PRNG keys replaced by their raw `uint32` key data (orbax stores plain arrays)."""
+    return jax.tree.map(lambda x: jax.random.key_data(x) if _is_key(x) else x, tree)
+
+
+def from_storable(stored: Any, target: Any) -> Any:
+    """Undo `to_storable`, using `target` to know which leaves were keys, placed like it."""
+
+    def restore_leaf(x: Any, like: Any) -> Any:
+        if _is_key(like):
+            x = jax.random.wrap_key_data(x, impl=jax.random.key_impl(like))
+        return jax.device_put(x, like.sharding) if isinstance(like, jax.Array) else x
+
+    return jax.tree.map(restore_leaf, stored, target)
+
+
+def leaf_signatures(tree: Any) -> dict[str, list[Any]]:
+    """`{path: [shape, dtype]}` for every leaf, to check a checkpoint before reading it."""
+    leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
+    return {jax.tree_util.keystr(path): [list(np.shape(x)), str(getattr(x, "dtype", None) or np.asarray(x).dtype)] for path, x in leaves}
+
+
+def check_signatures(saved: dict[str, list[Any]], expected: dict[str, list[Any]]) -> None:
+    """Raise `CheckpointMismatchError` naming the first leaf whose shape or dtype differs."""
+    for path, signature in expected.items():
+        if path not in saved:
+            raise CheckpointMismatchError(f"checkpoint does not match the config: it has no state{path}")
+        if list(saved[path]) != list(signature):
+            (shape, dtype), (want_shape, want_dtype) = saved[path], signature
+            raise CheckpointMismatchError(
+                f"checkpoint does not match the config: state{path} is {dtype}{tuple(shape)} in the "
+                f"checkpoint but {want_dtype}{tuple(want_shape)} for this config"
+            )
+    extra = sorted(set(saved) - set(expected))
+    if extra:
+        raise CheckpointMismatchError(f"checkpoint does not match the config: unexpected state{extra[0]}")
+
+
+def finite_per_seed(tree: Any) -> jax.Array:
+    """`bool [S]`: whether every floating leaf of a tree with a leading seed axis is finite."""
+    flags = [
+        jnp.all(jnp.isfinite(x).reshape(x.shape[0], -1), axis=1)
+        for x in jax.tree.leaves(tree)
+        if jnp.issubdtype(x.dtype, jnp.inexact)
+    ]
+    return jnp.all(jnp.stack(flags), axis=0)

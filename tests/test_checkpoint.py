@@ -1,0 +1,115 @@
+"""Checkpoints: round trip onto a mesh, keys, keep-last-K, killed writes, config round trip."""
+
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import PartitionSpec as P
+
+from experiments.presets import PRESETS
+from experiments.train import config_types
+from podracer import config as config_lib
+from podracer import parallel
+from podracer.checkpoint import Checkpointer, CheckpointMismatchError, NoCheckpointError, Progress
+from tests.checkpoint_writer import state_for
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def sharded_state(mesh, value):
+    keys = jax.random.split(jax.random.key(value), 4).reshape(1, 4)
+    return {
+        "agent": parallel.replicate({"w": jnp.full((3, 2), float(value))}, mesh),
+        "envs": parallel.shard(jnp.arange(8.0).reshape(1, 8) + value, mesh, P(None, "device")),
+        "key": parallel.shard(keys, mesh, P(None, "device")),
+    }
+
+
+def test_round_trip_onto_mesh_shardings_and_keep_last(tmp_path):
+    mesh = parallel.make_mesh(jax.devices()[:4], "device")
+    with Checkpointer(str(tmp_path), keep=2) as checkpoints:
+        for step in (1, 2, 3):
+            checkpoints.save(sharded_state(mesh, step), Progress(updates=step, env_steps=10 * step, rows=step))
+        assert checkpoints.all_steps() == [2, 3]
+        target = sharded_state(mesh, 0)
+        restored, progress = checkpoints.restore(target)
+    assert progress == Progress(updates=3, env_steps=30, rows=3)
+    expected = sharded_state(mesh, 3)
+    np.testing.assert_array_equal(restored["envs"], expected["envs"])
+    np.testing.assert_array_equal(jax.random.key_data(restored["key"]), jax.random.key_data(expected["key"]))
+    assert restored["key"].dtype == target["key"].dtype  # typed keys come back as keys
+    for name in ("agent", "envs", "key"):
+        assert jax.tree.leaves(restored[name])[0].sharding == jax.tree.leaves(target[name])[0].sharding
+
+
+def test_mismatched_shapes_name_the_leaf_and_empty_dirs_say_so(tmp_path):
+    mesh = parallel.make_mesh(jax.devices()[:4], "device")
+    with Checkpointer(str(tmp_path / "a")) as checkpoints:
+        checkpoints.save(sharded_state(mesh, 1), Progress(updates=1))
+        target = sharded_state(mesh, 0)
+        target["agent"] = {"w": jnp.zeros((3, 5))}
+        with pytest.raises(CheckpointMismatchError, match=r"\['agent'\]\['w'\] is float32\(3, 2\) in the checkpoint"):
+            checkpoints.restore(target)
+    with pytest.raises(NoCheckpointError):
+        Checkpointer(str(tmp_path / "missing"), read_only=True)
+
+
+def test_config_round_trips_through_json():
+    for make in PRESETS.values():
+        config = make()
+        data = json.loads(json.dumps(config_lib.to_dict(config)))
+        assert config_lib.from_dict(data, config_types()) == config
+    data = config_lib.to_dict(PRESETS["ppo-catch-anakin"]())
+    del data["checkpoint"]  # a config.json from before the section existed still loads
+    assert config_lib.from_dict(data, config_types()).checkpoint == config_lib.CheckpointConfig()
+    data["agent"]["learning_rat"] = 1.0
+    with pytest.raises(config_lib.ConfigError, match="agent.learning_rat: no such field in PPOConfig"):
+        config_lib.from_dict(data, config_types())
+
+
+def writer(directory, mode):
+    env = dict(os.environ, PYTHONPATH=REPO, XLA_FLAGS="")
+    return subprocess.Popen([sys.executable, "-m", "tests.checkpoint_writer", str(directory), mode],
+                            stdout=subprocess.PIPE, text=True, env=env, cwd=REPO)
+
+
+def assert_latest_is_complete(directory, expected_step=None):
+    with Checkpointer(str(directory)) as checkpoints:
+        step = checkpoints.latest_step()
+        assert step is not None and (expected_step is None or step == expected_step)
+        size = 16 if expected_step is not None else 4 * 2**20
+        restored, progress = checkpoints.restore(state_for(0, size))
+        assert progress.updates == step
+        np.testing.assert_array_equal(np.asarray(restored["params"]), float(step))
+        np.testing.assert_array_equal(jax.random.key_data(restored["key"]), jax.random.key_data(jax.random.key(step)))
+        # The directory stays usable: the next save succeeds.
+        checkpoints.save(state_for(step + 1, size), Progress(updates=step + 1))
+        assert checkpoints.latest_step() == step + 1
+    return step
+
+
+@pytest.mark.timeout(120)
+def test_killed_while_writing_keeps_the_previous_checkpoint_latest(tmp_path):
+    """SIGKILL inside a save (data written, rename pending) leaves step 1 the latest; then
+    SIGKILL at a random moment of a stream of 16 MB saves leaves a complete latest one."""
+    proc = writer(tmp_path / "a", "finalize")
+    assert proc.wait(timeout=100) == -9
+    assert any("tmp" in name for name in os.listdir(tmp_path / "a"))  # the half-written step
+    assert_latest_is_complete(tmp_path / "a", expected_step=1)
+
+    proc = writer(tmp_path / "b", "loop")
+    start = time.perf_counter()
+    assert proc.stdout.readline().strip() == "1"
+    first_save = time.perf_counter() - start
+    proc.stdout.readline()
+    time.sleep(random.uniform(0, first_save))
+    proc.kill()
+    proc.wait(timeout=30)
+    assert assert_latest_is_complete(tmp_path / "b") >= 2

@@ -1,0 +1,111 @@
+"""Run lifecycle in process: stop and resume exactly, NaN guard, mismatched checkpoints."""
+
+import dataclasses
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from anakin import AnakinConfig
+from experiments import train as train_lib
+from podracer.checkpoint import Checkpointer, CheckpointMismatchError, NonFiniteError, checkpoint_dir
+from podracer.config import CheckpointConfig, Config, EnvConfig, LogConfig
+from podracer.agents import PPOConfig
+
+# 14 updates of 8 envs x 16 steps, 3 updates per host call, a checkpoint every 4 updates.
+TINY = Config(
+    env=EnvConfig("Catch"), agent=PPOConfig(num_minibatches=2), total_env_steps=8 * 16 * 14,
+    arch=AnakinConfig(num_envs=8, rollout_length=16, updates_per_call=3, num_seeds=2),
+    log=LogConfig(console=False, tensorboard=False), checkpoint=CheckpointConfig(every_updates=4, keep=2),
+)
+TIMING = ("sps", "wall_s")
+
+
+def comparable(rows):
+    return [{k: v for k, v in row.items() if k not in TIMING} for row in rows]
+
+
+def read_rows(run_dir):
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def assert_same_params(a, b):
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+class StopAfter:
+    """`should_stop` that turns true after `calls` polls (one poll per host call)."""
+
+    def __init__(self, calls):
+        self.calls = calls
+
+    def __call__(self):
+        self.calls -= 1
+        return self.calls < 0
+
+
+@pytest.mark.timeout(240)
+def test_stop_and_resume_on_4_devices_is_exact(tmp_path):
+    """Stopped after 2 host calls and resumed (twice: once more mid-way), the run ends with
+    the same parameters and metrics rows as the same run uninterrupted; metrics.jsonl
+    continues without duplicates; the newest `keep` checkpoints remain."""
+    full = train_lib.train(dataclasses.replace(TINY, run_dir=str(tmp_path / "full")))
+    run_dir = tmp_path / "stopped"
+    first = train_lib.train(dataclasses.replace(TINY, run_dir=str(run_dir)), should_stop=StopAfter(2))
+    assert first.stopped and first.metrics[-1]["env_steps"] < full.metrics[-1]["env_steps"]
+    # Rows written after the checkpoint (a crash between the two) must not be duplicated.
+    with open(run_dir / "metrics.jsonl", "a") as f:
+        f.write(json.dumps(first.metrics[-1]) + "\n")
+    second = train_lib.resume(str(run_dir), should_stop=StopAfter(0))
+    assert second.stopped
+    last = train_lib.resume(str(run_dir))
+    assert not last.stopped
+    assert_same_params(last.state.agent.params, full.state.agent.params)
+    assert comparable(read_rows(run_dir)) == comparable(read_rows(tmp_path / "full")) == comparable(full.metrics)
+    # The agent is replicated and the env state sharded on the 4-device mesh after restore.
+    assert last.state.envs.obs.sharding.spec == jax.sharding.PartitionSpec(None, "device")
+    wall = [row["wall_s"] for row in read_rows(run_dir)]
+    assert wall == sorted(wall)  # wall time continues over sessions
+    with Checkpointer(checkpoint_dir(str(run_dir))) as checkpoints:
+        assert checkpoints.all_steps() == [12, 14]
+
+
+@pytest.mark.timeout(120)
+def test_resume_with_another_config_is_a_clear_error(tmp_path):
+    train_lib.train(dataclasses.replace(TINY, run_dir=str(tmp_path / "run")), should_stop=StopAfter(0))
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())
+    saved["agent"]["hidden_sizes"] = [32, 32]
+    (tmp_path / "run" / "config.json").write_text(json.dumps(saved))
+    with pytest.raises(CheckpointMismatchError, match=r"critic_torso.*\(2, 64\) in the checkpoint but float32\(2, 32\)"):
+        train_lib.resume(str(tmp_path / "run"))
+
+
+def nan_after(update, agent_update):
+    """An agent update that poisons the parameters from update number `update` on."""
+
+    def poisoned(state, traj, key):
+        state, metrics = agent_update(state, traj, key)
+        bad = state.update_count >= update
+        params = jax.tree.map(lambda p: jnp.where(bad, jnp.nan, p), state.params)
+        return state.replace(params=params), metrics
+
+    return poisoned
+
+
+@pytest.mark.timeout(120)
+def test_non_finite_parameters_stop_the_run_and_keep_the_last_good_checkpoint(tmp_path, monkeypatch):
+    from anakin import runner
+
+    make_agent = runner.make_agent
+    monkeypatch.setattr(runner, "make_agent",
+                        lambda *a, **k: (lambda agent: agent._replace(update=nan_after(8, agent.update)))(make_agent(*a, **k)))
+    run_dir = tmp_path / "run"
+    config = dataclasses.replace(TINY, run_dir=str(run_dir), arch=dataclasses.replace(TINY.arch, updates_per_call=1))
+    with pytest.raises(NonFiniteError, match=r"non-finite parameters in update 8 \(seed 0, 1\).*last good checkpoint is update 4"):
+        train_lib.train(config)
+    with Checkpointer(checkpoint_dir(str(run_dir))) as checkpoints:
+        assert checkpoints.latest_step() == 4
+    assert [row["env_steps"] for row in read_rows(run_dir)] == [128 * u for u in range(1, 8)]

@@ -1,0 +1,194 @@
+"""The lifecycle commands: SIGTERM and --resume, evaluate, plot, and their user errors."""
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from experiments import train as train_lib
+from experiments.cli import main
+from experiments.signals import stop_on_signals
+from podracer.agents import make_agent
+from podracer.checkpoint import Checkpointer, checkpoint_dir
+from podracer.config import to_dict
+from podracer.envs import make_jax_env
+from tests.test_lifecycle import TINY, comparable, read_rows
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_main(capsys, *argv):
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(a) for a in argv])
+    return exit_info.value.code, capsys.readouterr()
+
+
+def assert_one_line_error(code, out, message):
+    assert code == 2, out
+    lines = out.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("podracer: error: ") and message in lines[0], out.err
+
+
+def cli(*args, **popen):
+    env = dict(os.environ, PYTHONPATH=REPO, XLA_FLAGS="--xla_force_host_platform_device_count=4")
+    return subprocess.Popen([sys.executable, "-m", "experiments.cli", *map(str, args)], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+
+
+def final_agent(run_dir):
+    """The agent state (all seeds) of a run's latest checkpoint."""
+    config = train_lib.load_run_config(str(run_dir))
+    env = make_jax_env(config.env.id)
+    params = env.default_params
+    agent = make_agent(config.agent, env.observation_spec(params), env.action_spec(params), num_updates=1,
+                       axis_name=None)
+    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct((config.arch.num_seeds,) + x.shape, x.dtype),
+                            jax.eval_shape(agent.init, jax.random.key(0)))
+    with Checkpointer(checkpoint_dir(str(run_dir)), read_only=True) as checkpoints:
+        return checkpoints.restore_agent(abstract)[0]
+
+
+# `ppo-catch-anakin` overridden into `TINY` (so the programs come from the compilation
+# cache filled by test_lifecycle).
+TINY_ARGS = ["ppo-catch-anakin", "--agent.learning-rate", 2.5e-4, "--agent.num-minibatches", 2,
+             "--arch.num-envs", 8, "--arch.rollout-length", 16, "--arch.updates-per-call", 3, "--arch.num-seeds", 2,
+             "--total-env-steps", TINY.total_env_steps, "--log.console", "false", "--log.tensorboard", "false"]
+
+
+@pytest.mark.timeout(240)
+def test_sigterm_then_resume_equals_the_uninterrupted_run(tmp_path):
+    """`podracer train` gets SIGTERM part-way, checkpoints and exits 143; `--resume` ends
+    with the same parameters, optimizer state and metrics as a run never interrupted."""
+    stopped_dir = tmp_path / "stopped"
+    # A checkpoint after every call keeps this run slow enough to be caught part-way.
+    stopped = cli("train", *TINY_ARGS, "--checkpoint.every-updates", 3, "--run-dir", stopped_dir)
+    metrics = stopped_dir / "metrics.jsonl"
+    deadline = time.time() + 180
+    while not (metrics.exists() and metrics.read_text().count("\n") >= 1) and time.time() < deadline:
+        assert stopped.poll() is None, stopped.communicate()
+        time.sleep(0.05)
+    stopped.send_signal(signal.SIGTERM)
+    out, err = stopped.communicate(timeout=120)
+    assert stopped.returncode == 128 + signal.SIGTERM, err
+    assert "stopped by SIGTERM" in err and "--resume" in err
+    assert len(read_rows(stopped_dir)) < 5  # of 5
+    resumed = cli("train", "--resume", stopped_dir)
+    out, err = resumed.communicate(timeout=180)
+    assert resumed.returncode == 0, err
+    assert "done: 1,792 env steps" in out
+
+    config = train_lib.load_run_config(str(stopped_dir))
+    assert (config.agent, config.arch) == (TINY.agent, TINY.arch)
+    full = train_lib.train(dataclasses.replace(TINY, run_dir=str(tmp_path / "full")))
+    assert comparable(read_rows(stopped_dir)) == comparable(full.metrics)
+    for a, b in zip(jax.tree.leaves(final_agent(stopped_dir)), jax.tree.leaves(full.state.agent)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("trained") / "run"
+    train_lib.train(dataclasses.replace(TINY, run_dir=str(run_dir)))
+    return run_dir
+
+
+@pytest.mark.timeout(120)
+def test_evaluate_json_is_reproducible_and_counts_episodes(trained_run, capsys, tmp_path):
+    main(["evaluate", str(trained_run), "--episodes", "7", "--seed", "5", "--json"])
+    first = json.loads(capsys.readouterr().out)
+    main(["evaluate", str(trained_run), "--episodes", "7", "--seed", "5", "--json"])
+    assert json.loads(capsys.readouterr().out) == first
+    assert first["episodes"] == 7 and {"mean_return", "std_return"} <= set(first)
+    assert -1.0 <= first["mean_return"] <= 1.0 and first["env_steps"] == 1792
+    main(["evaluate", str(trained_run), "--episodes", "3", "--agent-seed", "1", "--sample",
+          "--video", str(tmp_path / "catch.gif")])
+    assert "over 3 episodes (sample policy" in capsys.readouterr().out
+    from PIL import Image
+
+    gif = Image.open(tmp_path / "catch.gif")
+    assert gif.n_frames == 10 and gif.size == (5 * 24, 10 * 24)  # reset + 9 steps of a 10-row board
+
+
+def test_evaluate_user_errors(trained_run, tmp_path, capsys):
+    assert_one_line_error(*run_main(capsys, "evaluate", trained_run, "--agent-seed", 2), "--agent-seed must be in [0, 2)")
+    assert_one_line_error(*run_main(capsys, "evaluate", tmp_path / "nothing"), "is not a run directory")
+    acrobot = tmp_path / "acrobot"
+    acrobot.mkdir()
+    config = dataclasses.replace(TINY, env=dataclasses.replace(TINY.env, id="Acrobot-v1"))
+    (acrobot / "config.json").write_text(json.dumps(to_dict(config)))
+    assert_one_line_error(*run_main(capsys, "evaluate", acrobot, "--video", tmp_path / "a.gif"),
+                          "environment 'Acrobot-v1' cannot render")
+    assert_one_line_error(*run_main(capsys, "evaluate", acrobot), "no checkpoint")
+
+
+def test_resume_user_errors(trained_run, tmp_path, capsys):
+    assert_one_line_error(*run_main(capsys, "train"), "give a preset to train, or --resume RUN_DIR")
+    assert_one_line_error(*run_main(capsys, "train", "--resume", tmp_path / "nope"), "is not a run directory")
+    assert_one_line_error(*run_main(capsys, "train", "ppo-catch-anakin", "--resume", trained_run),
+                          "unexpected arguments: ppo-catch-anakin")
+    assert_one_line_error(*run_main(capsys, "train", "--resume", trained_run, "--seed", "1"), "saved config")
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    saved = json.loads((trained_run / "config.json").read_text())
+    saved["arch"]["num_envs"] = 16
+    (copy / "config.json").write_text(json.dumps(saved))
+    os.symlink(trained_run / "checkpoints", copy / "checkpoints")
+    assert_one_line_error(*run_main(capsys, "train", "--resume", copy), "checkpoint does not match the config")
+
+
+def test_wandb_without_wandb_installed_is_a_user_error(capsys, monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` fails, installed or not
+    code, out = run_main(capsys, "train", "ppo-catch-anakin", "--log.wandb", "--run-dir", tmp_path / "r")
+    assert_one_line_error(code, out, "log.wandb is set but wandb is not installed")
+    assert not (tmp_path / "r").exists()
+
+
+def write_fake_run(run_dir, seeds, shift):
+    run_dir.mkdir()
+    rng = np.random.default_rng(int(10 * shift))
+    with open(run_dir / "metrics.jsonl", "w") as f:
+        for i in range(1, 31):
+            returns = [float(min(500, 18 * i * (1 + shift) + rng.normal(0, 20))) for _ in range(seeds)]
+            row = {"env_steps": 16384 * i, "sps": 1e4, "wall_s": 2.0 * i, "episode_return": float(np.mean(returns)),
+                   "episode_return_per_seed": returns}
+            f.write(json.dumps(row) + "\n")
+
+
+def test_plot_draws_runs_and_seeds(tmp_path, capsys):
+    write_fake_run(tmp_path / "a", 4, 0.0)
+    write_fake_run(tmp_path / "b", 4, 0.3)
+    out = tmp_path / "fig" / "curves.png"
+    main(["plot", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(out), "--labels", "PPO", "PPO fast"])
+    assert out.stat().st_size > 20_000
+    assert_one_line_error(*run_main(capsys, "plot", tmp_path / "a", "--out", out, "--labels", "x", "y"),
+                          "2 labels for 1 runs")
+    assert_one_line_error(*run_main(capsys, "plot", tmp_path / "none", "--out", out), "has no metrics.jsonl")
+
+
+def test_signals_set_the_stop_request_and_handlers_come_back():
+    before = signal.getsignal(signal.SIGTERM)
+    with stop_on_signals() as stop:
+        assert not stop()
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.01)
+        assert stop() and stop.name == "SIGTERM"
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+@pytest.mark.timeout(60)
+def test_cartpole_episode_renders_to_frames():
+    from experiments.evaluate import record_episode
+
+    env = make_jax_env("CartPole-v1")
+    push_right = lambda params, obs, key: jax.numpy.ones(obs.shape[0], jax.numpy.int32)  # noqa: E731
+    frames = record_episode(env, push_right, None, jax.random.key(0))
+    assert frames.dtype == np.uint8 and frames.shape[1:] == (200, 300, 3)
+    assert 5 < len(frames) < 100  # the pole falls: the episode ends early
+    assert not np.array_equal(frames[0], frames[-1])
