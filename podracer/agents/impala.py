@@ -143,4 +143,5 @@ def make_impala(
         metrics = parallel.pmean(metrics, axis_name)
         return AgentState(params, opt_state, state.update_count + 1), metrics
 
-    return Agent(init=init, act=common.make_sampling_act(network), update=update)
+    return Agent(init=init, act=common.make_sampling_act(network), update=update,
+                 greedy_act=common.make_greedy_act(network))
