@@ -1,4 +1,4 @@
-"""Flax networks: torsos (MLP; Atari CNNs live beside them) and actor-critic heads."""
+"""Flax networks: torsos (MLP; Atari CNNs live beside them), actor-critic and Q heads."""
 
 from __future__ import annotations
 
@@ -52,3 +52,14 @@ class ActorCritic(nn.Module):
         logits = nn.Dense(self.num_actions, kernel_init=orthogonal(0.01), name="policy")(hidden_pi)
         value = nn.Dense(1, kernel_init=orthogonal(1.0), name="value")(hidden_v)
         return logits, value.squeeze(-1)
+
+
+class QNetwork(nn.Module):
+    """Action values, `obs [B, ...] -> q [B, A]`: a torso and a linear head (Mnih et al. 2015)."""
+
+    num_actions: int
+    torso: nn.Module
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> jax.Array:
+        return nn.Dense(self.num_actions, kernel_init=orthogonal(1.0), name="q")(self.torso(obs))
