@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any, Callable, NamedTuple
 
 import flashbax as fbx
+from flashbax.buffers import sum_tree
 import jax
 import jax.numpy as jnp
 
@@ -76,12 +77,14 @@ def make_replay(
         return jnp.where(state.is_full, capacity, state.current_index).astype(jnp.int32)
 
     def sample(state: Any, key: PRNGKey, beta: Array) -> ReplaySample:
-        drawn = buffer.sample(state, key)
         if not prioritized:
+            drawn = buffer.sample(state, key)
             ones = jnp.ones((batch_size,), jnp.float32)
             return ReplaySample(drawn.experience, jnp.zeros((batch_size,), jnp.int32), ones)
-        weights = importance_weights(drawn.probabilities, size(state), beta)
-        return ReplaySample(drawn.experience, drawn.indices, weights)
+        indices = stratified_indices(state.sum_tree_state, key, batch_size)
+        items = jax.tree.map(lambda x: x[0, indices], state.experience)
+        probabilities = sum_tree.get_probability(state.sum_tree_state, indices)
+        return ReplaySample(items, indices, importance_weights(probabilities, size(state), beta))
 
     def set_priorities(state: Any, indices: Array, priorities: Array) -> Any:
         if not prioritized:
@@ -89,6 +92,26 @@ def make_replay(
         return buffer.set_priorities(state, indices, priorities)
 
     return Replay(buffer.init, buffer.add, sample, set_priorities, size)
+
+
+def stratified_indices(tree: sum_tree.SumTreeState, key: PRNGKey, batch_size: int) -> Array:
+    """Stratified proportional sampling (Schaul et al. 2016, app. B.2.1): one index from each
+    of `batch_size` equal slices of the total priority, found by descending flashbax's sum tree.
+
+    flashbax's own `sum_tree.stratified_sample` descends in a `fori_loop` whose carry starts
+    device-invariant and becomes device-varying, which `shard_map(check_vma=True)` rejects;
+    this descent is unrolled over the (static) tree depth instead. Returns `[batch_size]`.
+    """
+    bounds = (jnp.arange(batch_size) + jax.random.uniform(key, (batch_size,))) / batch_size
+    query = bounds * tree.nodes[0]
+    node = jnp.zeros((batch_size,), jnp.int32)
+    for depth in range(1, tree.tree_depth + 1):
+        left = 2 * node
+        left_sum = tree.nodes[sum_tree.get_tree_index(depth, left)]
+        go_left = query < left_sum
+        query = jnp.where(go_left, query, query - left_sum)
+        node = jnp.where(go_left, left, left + 1)
+    return node
 
 
 def importance_weights(probabilities: Array, size: Array, beta: Array) -> Array:

@@ -160,7 +160,7 @@ def make_dqn(
         )
         metrics.update(
             epsilon=epsilon(env_steps), learning=learn.astype(jnp.float32),
-            replay_size=replay.size(local).astype(jnp.float32),
+            replay_size=parallel.pmean(replay.size(local).astype(jnp.float32), axis_name),
             replay_ratio=jnp.float32(config.gradient_steps * config.batch_size / (T * B)),
         )
         return AgentState(DQNParams(online, env_steps), learner, state.update_count + 1, local), metrics
