@@ -46,9 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
     launch.add_argument("preset")
 
     bench = commands.add_parser("bench", help="throughput against the physical limit")
-    bench.add_argument("arch", choices=["anakin"])
+    bench.add_argument("arch", choices=["anakin", "sebulba"])
     bench.add_argument("--json", action="store_true", help="print one JSON line")
     bench.add_argument("--preset", default=None, help="preset to measure (default: ppo-cartpole-<arch>)")
+    bench.add_argument("--seconds", type=float, default=10.0, help="sebulba: seconds measured per quantity")
     return parser
 
 
@@ -75,6 +76,10 @@ def cmd_list() -> None:
         print(f"  {name:28s} {(make.__doc__ or '').strip().splitlines()[0]}")
     print("algorithms:\n  " + ", ".join(ALGORITHMS))
     print("environments (Anakin, JAX):\n  " + ", ".join(jax_env_ids()))
+    from podracer.envs.envpool_env import envpool_ids
+
+    print(f"environments (Sebulba, host): every EnvPool id ({len(envpool_ids())}, e.g. CartPole-v1, Pong-v5, "
+          "Breakout-v5) and any Gymnasium id")
 
 
 def cmd_train(preset: str, overrides: list[str]) -> None:
@@ -100,11 +105,16 @@ def cmd_launch_local(preset: str, overrides: list[str], num_processes: int, cpu_
     raise SystemExit(launch_local(preset, overrides, num_processes, cpu_devices))
 
 
-def cmd_bench(arch: str, preset: str | None, overrides: list[str], as_json: bool) -> None:
-    from experiments.bench import bench_anakin
-
+def cmd_bench(arch: str, preset: str | None, overrides: list[str], as_json: bool, seconds: float) -> None:
     config = resolve_config(preset or f"ppo-cartpole-{arch}", overrides)
-    result = bench_anakin(config)
+    if arch == "anakin":
+        from experiments.bench import bench_anakin
+
+        result = bench_anakin(config)
+    else:
+        from sebulba import bench
+
+        result = {"arch": "sebulba", **bench(config, seconds=seconds)}
     if as_json:
         print(json.dumps(result))
     else:
@@ -125,7 +135,7 @@ def main(argv: list[str] | None = None) -> None:
         elif args.command == "launch-local":
             cmd_launch_local(args.preset, rest, args.num_processes, args.cpu_devices)
         elif args.command == "bench":
-            cmd_bench(args.arch, args.preset, rest, args.json)
+            cmd_bench(args.arch, args.preset, rest, args.json, args.seconds)
     except ConfigError as error:
         _fail(str(error))
     except KeyboardInterrupt:

@@ -6,6 +6,7 @@ from typing import Callable
 
 from anakin.config import AnakinConfig
 from experiments.presets_impala import IMPALA_PRESETS
+from experiments.presets_sebulba import SEBULBA_PRESETS
 from podracer.agents import PPOConfig
 from podracer.config import Config, EnvConfig
 
@@ -34,4 +35,5 @@ PRESETS: dict[str, Callable[[], Config]] = {
     "ppo-cartpole-anakin": ppo_cartpole_anakin,
     "ppo-catch-anakin": ppo_catch_anakin,
     **IMPALA_PRESETS,
+    **SEBULBA_PRESETS,
 }

@@ -1,16 +1,19 @@
-"""Named presets for IMPALA (and PPO with V-trace); merged into `PRESETS` by the launcher.
+"""Named presets for IMPALA and PPO with V-trace, on both architectures.
 
-Anakin only for now: Sebulba presets (`impala-cartpole-sebulba`, `impala-pong-sebulba`,
-`ppo-vtrace-pong-sebulba`) come with the Sebulba runner's config.
+The Sebulba ones run with `max_policy_lag 1`: actors act with parameters one version behind
+the learner, which V-trace corrects for.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 from typing import Callable
 
 from anakin.config import AnakinConfig
 from podracer.agents import ImpalaConfig, PPOConfig
 from podracer.config import Config, EnvConfig
+from sebulba.config import SebulbaConfig
 
 
 def impala_cartpole_anakin() -> Config:
@@ -38,7 +41,48 @@ def ppo_vtrace_cartpole_anakin() -> Config:
     )
 
 
+def impala_cartpole_sebulba() -> Config:
+    """IMPALA on EnvPool's CartPole-v1 with actors one version behind the learner
+    (96 envs split evenly over 1 to 4 learner devices)."""
+    anakin = impala_cartpole_anakin()
+    return dataclasses.replace(
+        anakin, arch=SebulbaConfig(num_envs=96, rollout_length=16, max_policy_lag=1, updates_per_log=20)
+    )
+
+
+def _atari_env(env_id: str) -> EnvConfig:
+    return EnvConfig(env_id, episodic_life=True, reward_clip=True, repeat_action_probability=0.0,
+                     noop_max=30, frame_skip=4, frame_stack=4)
+
+
+def impala_pong_sebulba() -> Config:
+    """IMPALA on Pong (EnvPool Atari v5), the paper's shallow-network settings: RMSProp
+    (lr 6e-4, decay 0.99, eps 0.01), 32 envs x 20 steps, entropy 0.01, gradient norm 40,
+    the IMPALA ResNet torso, actors one version behind."""
+    return Config(
+        env=_atari_env("Pong-v5"),
+        agent=ImpalaConfig(learning_rate=6e-4, optimizer="rmsprop", entropy_coef=0.01, max_grad_norm=40.0,
+                           torso="impala_cnn", shared_torso=True, anneal_lr=True, unroll_sgd=True),
+        arch=SebulbaConfig(num_envs=32, rollout_length=20, max_policy_lag=1, updates_per_log=10),
+        total_env_steps=10_000_000,
+    )
+
+
+def ppo_vtrace_pong_sebulba() -> Config:
+    """`ppo-pong-sebulba` with V-trace advantages and actors one version behind."""
+    from experiments.presets_sebulba import ppo_pong_sebulba
+
+    base = ppo_pong_sebulba()
+    return dataclasses.replace(
+        base, agent=dataclasses.replace(base.agent, advantage="vtrace"),
+        arch=dataclasses.replace(base.arch, max_policy_lag=1),
+    )
+
+
 IMPALA_PRESETS: dict[str, Callable[[], Config]] = {
     "impala-cartpole-anakin": impala_cartpole_anakin,
     "ppo-vtrace-cartpole-anakin": ppo_vtrace_cartpole_anakin,
+    "impala-cartpole-sebulba": impala_cartpole_sebulba,
+    "impala-pong-sebulba": impala_pong_sebulba,
+    "ppo-vtrace-pong-sebulba": ppo_vtrace_pong_sebulba,
 }

@@ -21,9 +21,14 @@ from podracer.logging import ConsoleProgress, JsonlSink, MultiSink, TensorBoardS
 def runner_for(config: Config) -> Any:
     """The runner module (`anakin.runner`, `sebulba.runner`) for `config.arch`."""
     from anakin.config import AnakinConfig
+    from sebulba.config import SebulbaConfig
 
     if isinstance(config.arch, AnakinConfig):
         from anakin import runner
+
+        return runner
+    if isinstance(config.arch, SebulbaConfig):
+        from sebulba import runner
 
         return runner
     raise ConfigError(f"arch: no runner for {type(config.arch).__name__}")

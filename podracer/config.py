@@ -21,14 +21,37 @@ def check(ok: bool, field: str, requirement: str, value: Any) -> None:
         raise ConfigError(f"{field} {requirement}, got {value!r}")
 
 
+HOST_BACKENDS = ("auto", "envpool", "gymnasium")
+
+
 @dataclasses.dataclass(frozen=True)
 class EnvConfig:
-    """Which environment, and how host environments are wrapped (Sebulba)."""
+    """Which environment, and how host environments are wrapped (Sebulba).
+
+    Every field but `id` concerns host environments only (`podracer.envs.make_host_env`);
+    the Atari fields apply to EnvPool's Atari games and are ignored elsewhere.
+    """
 
     id: str = "CartPole-v1"
+    backend: str = "auto"  # host envs: "auto" (EnvPool if it has the id, else Gymnasium), "envpool", "gymnasium"
+    max_episode_steps: int | None = None  # time limit in agent steps; None: the env's own (Atari: 27000)
+    episodic_life: bool = False  # Atari: a lost life ends the learner's episode; returns are logged per game
+    reward_clip: bool = False  # Atari: the learner sees sign(reward); returns are logged unclipped
+    repeat_action_probability: float = 0.0  # Atari: sticky actions (0.25 in Machado et al. 2018)
+    noop_max: int = 30  # Atari: up to this many no-op actions after a reset
+    frame_skip: int = 4  # Atari: each action is repeated this many frames (max-pooled)
+    frame_stack: int = 4  # Atari: observations stack this many 84x84 grayscale frames
 
     def __post_init__(self) -> None:
         check(bool(self.id), "env.id", "must be a non-empty environment id", self.id)
+        check(self.backend in HOST_BACKENDS, "env.backend", f"must be one of {HOST_BACKENDS}", self.backend)
+        check(self.max_episode_steps is None or self.max_episode_steps >= 1, "env.max_episode_steps",
+              "must be >= 1 (or None for the environment's own limit)", self.max_episode_steps)
+        check(0.0 <= self.repeat_action_probability <= 1.0, "env.repeat_action_probability",
+              "must be in [0, 1]", self.repeat_action_probability)
+        check(self.noop_max >= 0, "env.noop_max", "must be >= 0", self.noop_max)
+        check(self.frame_skip >= 1, "env.frame_skip", "must be >= 1", self.frame_skip)
+        check(self.frame_stack >= 1, "env.frame_stack", "must be >= 1", self.frame_stack)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -54,6 +54,56 @@ class ActorCritic(nn.Module):
         return logits, value.squeeze(-1)
 
 
+def _scale_frames(x: jax.Array) -> jax.Array:
+    """uint8 frames `[B, H, W, C]` to float32 in [0, 1], on the device."""
+    return x.astype(jnp.float32) / 255.0
+
+
+class NatureCNN(nn.Module):
+    """The DQN torso (Mnih et al. 2015): `[B, 84, 84, C] uint8 -> [B, 512]`."""
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x = _scale_frames(x)
+        for features, kernel, stride in ((32, 8, 4), (64, 4, 2), (64, 3, 1)):
+            x = nn.Conv(features, (kernel, kernel), (stride, stride), padding="VALID",
+                        kernel_init=orthogonal(), bias_init=nn.initializers.zeros)(x)
+            x = nn.relu(x)
+        x = x.reshape(x.shape[:-3] + (-1,))
+        return nn.relu(nn.Dense(512, kernel_init=orthogonal(), bias_init=nn.initializers.zeros)(x))
+
+
+class _ResidualBlock(nn.Module):
+    features: int
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        y = nn.Conv(self.features, (3, 3), kernel_init=orthogonal())(nn.relu(x))
+        y = nn.Conv(self.features, (3, 3), kernel_init=orthogonal())(nn.relu(y))
+        return x + y
+
+
+class ImpalaCNN(nn.Module):
+    """The IMPALA torso (Espeholt et al. 2018, "deep"): `[B, 84, 84, C] uint8 -> [B, 256]`.
+
+    Three stages of `conv 3x3 -> max-pool 3x3/2 -> 2 residual blocks` with 16, 32, 32
+    channels, then `relu -> Dense(256) -> relu`.
+    """
+
+    channels: Sequence[int] = (16, 32, 32)
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x = _scale_frames(x)
+        for features in self.channels:
+            x = nn.Conv(features, (3, 3), kernel_init=orthogonal())(x)
+            x = nn.max_pool(x, (3, 3), strides=(2, 2), padding="SAME")
+            x = _ResidualBlock(features)(x)
+            x = _ResidualBlock(features)(x)
+        x = nn.relu(x).reshape(x.shape[:-3] + (-1,))
+        return nn.relu(nn.Dense(256, kernel_init=orthogonal(), bias_init=nn.initializers.zeros)(x))
+
+
 class QNetwork(nn.Module):
     """Action values, `obs [B, ...] -> q [B, A]`: a torso and a linear head (Mnih et al. 2015)."""
 

@@ -126,11 +126,14 @@ def make_sgd_epochs(
     minibatches: Minibatcher,
     num_epochs: int,
     num_minibatches: int,
+    unroll: bool = False,
 ) -> Callable[[Params, Any, Any, PRNGKey], tuple[Params, Any, dict]]:
     """`(params, opt_state, batch, key) -> (params, opt_state, metrics)`: `num_epochs`
     passes over `batch`, each split by `minibatches` into `num_minibatches` with one
     optimizer step apiece. `grad_fn` returns `((loss, metrics), grads)`; the metrics come
-    back averaged over all steps."""
+    back averaged over all steps. `unroll` unrolls both loops: XLA:CPU runs convolution
+    gradients inside a loop body many times slower than outside one (Atari on CPU), at
+    the price of a longer compile."""
 
     def sgd_step(carry, minibatch):
         params, opt_state = carry
@@ -142,13 +145,13 @@ def make_sgd_epochs(
     def epoch(carry, key):
         params, opt_state, batch = carry
         (params, opt_state), metrics = jax.lax.scan(
-            sgd_step, (params, opt_state), minibatches(key, batch, num_minibatches)
+            sgd_step, (params, opt_state), minibatches(key, batch, num_minibatches), unroll=unroll
         )
         return (params, opt_state, batch), metrics
 
     def run(params: Params, opt_state: Any, batch: Any, key: PRNGKey):
         (params, opt_state, _), metrics = jax.lax.scan(
-            epoch, (params, opt_state, batch), jax.random.split(key, num_epochs)
+            epoch, (params, opt_state, batch), jax.random.split(key, num_epochs), unroll=unroll
         )
         return params, opt_state, jax.tree.map(jnp.mean, metrics)
 

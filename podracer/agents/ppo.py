@@ -49,6 +49,7 @@ class PPOConfig:
     hidden_sizes: tuple[int, ...] = (64, 64)
     activation: Literal["tanh", "relu", "gelu"] = "tanh"
     shared_torso: bool = False
+    unroll_sgd: bool = False  # unroll epochs and minibatches (faster CNN updates on CPU)
 
     def __post_init__(self) -> None:
         check(self.learning_rate > 0, "agent.learning_rate", "must be > 0", self.learning_rate)
@@ -135,7 +136,8 @@ def make_ppo(
     grad_fn = parallel.value_and_mean_grad(loss_fn, axis_name, has_aux=True)
 
     sgd_epochs = common.make_sgd_epochs(
-        grad_fn, optimizer, common.shuffled_minibatches, config.num_epochs, config.num_minibatches
+        grad_fn, optimizer, common.shuffled_minibatches, config.num_epochs, config.num_minibatches,
+        unroll=config.unroll_sgd,
     )
 
     def update(state: AgentState, traj: Trajectory, key: PRNGKey):

@@ -1,0 +1,168 @@
+"""EnvPool's C++ batched environments as a podracer `HostEnv` (the NumPy path, not `xla()`).
+
+EnvPool runs in synchronous batch mode (`batch_size == num_envs`) and is driven with
+`send(action, env_id)` / `recv()`. Two of its behaviours are hidden here:
+
+- **Next-step auto-reset.** After an episode ends, EnvPool resets that environment on the
+  *next* `send`, ignoring the action and returning the first observation with reward 0
+  (checked for CartPole-v1 and Atari: `elapsed_step` is 0 on that step). That is not a
+  transition, so `recv` resets the environments that just finished at once, with one
+  extra step of just those ids (`_restart`), and reports the new observation in the same
+  step, as the JAX environments do. The learner never sees a fake step. (An explicit
+  `reset(env_ids)` would not do: it restarts an Atari game even with lives left.)
+- **Time limits.** EnvPool is given the same `max_episode_steps`, so it resets a game that
+  reaches the limit, but whether a step is truncated is computed from our own step count
+  (`EpisodeCounters`): EnvPool's `truncated` is unreliable (sail-sg/envpool#239).
+
+Atari observations arrive as `[B, stack, 84, 84]` and are handed on as `[B, 84, 84, stack]`
+uint8 (the CNN torsos' layout). Episode returns are logged from the unclipped reward
+(`info["reward"]`) and, with episodic life, per game (`info["terminated"]`).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+from podracer.config import EnvConfig
+from podracer.envs.host import EpisodeCounters, HostStep
+from podracer.types import DiscreteSpec, ObsSpec, TimeStep
+
+
+@functools.cache
+def envpool_ids() -> tuple[str, ...]:
+    """Every id EnvPool registers; empty when EnvPool is not installed."""
+    try:
+        import envpool
+    except ImportError:
+        return ()
+    return tuple(envpool.list_all_envs())
+
+
+def _is_atari(spec: Any) -> bool:
+    return hasattr(spec.config, "episodic_life")
+
+
+def envpool_options(env_config: EnvConfig, spec: Any) -> dict[str, Any]:
+    """Keyword arguments for `envpool.make`: the time limit, and Atari preprocessing."""
+    options: dict[str, Any] = {}
+    if env_config.max_episode_steps is not None:
+        options["max_episode_steps"] = env_config.max_episode_steps
+    if _is_atari(spec):
+        options.update(
+            episodic_life=env_config.episodic_life,
+            reward_clip=env_config.reward_clip,
+            repeat_action_probability=env_config.repeat_action_probability,
+            noop_max=max(env_config.noop_max, 1),  # EnvPool samples from [0, noop_max)
+            frame_skip=env_config.frame_skip,
+            stack_num=env_config.frame_stack,
+            img_height=84,
+            img_width=84,
+            gray_scale=True,
+        )
+    return options
+
+
+def _spec(env_config: EnvConfig) -> Any:
+    import envpool
+
+    base = envpool.make_spec(env_config.id)
+    return envpool.make_spec(env_config.id, **envpool_options(env_config, base))
+
+
+def _specs_of(spec: Any) -> tuple[ObsSpec, DiscreteSpec]:
+    space = spec.action_space
+    if not hasattr(space, "n"):
+        raise ValueError(f"{spec!r} has a continuous action space; podracer agents need discrete actions")
+    shape = tuple(spec.observation_space.shape)
+    if _is_atari(spec):  # [stack, H, W] -> [H, W, stack]
+        shape = shape[1:] + shape[:1]
+    return ObsSpec(shape, np.dtype(spec.observation_space.dtype)), DiscreteSpec(int(space.n))
+
+
+def envpool_specs(env_config: EnvConfig) -> tuple[ObsSpec, DiscreteSpec]:
+    return _specs_of(_spec(env_config))
+
+
+class EnvPoolEnv:
+    """`num_envs` EnvPool environments; see the module docstring for the semantics."""
+
+    def __init__(self, env_config: EnvConfig, num_envs: int, seed: int, num_threads: int = 0) -> None:
+        import envpool
+
+        spec = _spec(env_config)
+        self.num_envs = num_envs
+        self.observation_spec, self.action_spec = _specs_of(spec)
+        self._atari = _is_atari(spec)
+        self._episodic_life = self._atari and env_config.episodic_life
+        self._pool = envpool.make(
+            env_config.id, env_type="gymnasium", num_envs=num_envs, batch_size=num_envs,
+            num_threads=num_threads, seed=seed, **envpool_options(env_config, spec),
+        )
+        self._ids = np.arange(num_envs, dtype=np.int32)
+        self._counters = EpisodeCounters(num_envs, int(spec.config.max_episode_steps))
+        self._obs_dtype = self.observation_spec.dtype
+
+    def reset(self) -> np.ndarray:
+        self._counters = EpisodeCounters(self.num_envs, self._counters.max_steps)
+        obs, info = self._pool.reset(self._ids)
+        return self._observation(obs, info["env_id"])
+
+    def send(self, action: np.ndarray) -> None:
+        self._pool.send(np.asarray(action, np.int32), self._ids)
+
+    def recv(self) -> HostStep:
+        obs, reward, terminated, pool_truncated, info = self._pool.recv()
+        order = np.argsort(info["env_id"])
+        obs = self._observation(obs, info["env_id"])
+        reward = np.asarray(reward, np.float32)[order]
+        terminated = np.asarray(terminated, bool)[order]
+        pool_done = terminated | np.asarray(pool_truncated, bool)[order]
+        raw_reward = np.asarray(info["reward"], np.float32)[order] if self._atari else reward
+        game_over = terminated & (np.asarray(info["terminated"], bool)[order] if self._episodic_life else True)
+        truncated, episode_end, episode_return, episode_length = self._counters.step(
+            raw_reward, terminated, game_over
+        )
+        # A limit of EnvPool's own that we did not count still truncates.
+        truncated, episode_end = self._counters.end(pool_done & ~terminated & ~truncated, truncated, episode_end)
+        final_obs = obs
+        done = terminated | truncated
+        if done.any():
+            obs = obs.copy()
+            obs[done] = self._restart(done, pool_done)
+        timestep = TimeStep(obs, reward, terminated, truncated, final_obs, episode_return, episode_length)
+        return HostStep(timestep, episode_end)
+
+    def close(self) -> None:
+        self._pool.close()
+
+    def _restart(self, done: np.ndarray, pool_done: np.ndarray) -> np.ndarray:
+        """First observations of the environments whose episode just ended (`done [B]`).
+
+        Those EnvPool also saw end are stepped once now with a dummy action, which is
+        what its auto-reset does with the next action anyway: with episodic life and lives
+        left the game goes on, otherwise a new game starts. Those only we truncated are
+        reset explicitly, which always starts a new game.
+        """
+        obs = np.empty((int(done.sum()),) + self.observation_spec.shape, self._obs_dtype)
+        auto = pool_done[done]
+        if auto.any():
+            ids = np.flatnonzero(done & pool_done).astype(np.int32)
+            self._pool.send(np.zeros(len(ids), np.int32), ids)
+            reset_obs, *_, info = self._pool.recv()
+            obs[auto] = self._observation(reset_obs, info["env_id"])
+        if not auto.all():
+            ids = np.flatnonzero(done & ~pool_done).astype(np.int32)
+            reset_obs, info = self._pool.reset(ids)
+            obs[~auto] = self._observation(reset_obs, info["env_id"])
+        return obs
+
+    def _observation(self, obs: np.ndarray, env_id: np.ndarray) -> np.ndarray:
+        """Sort by env id; Atari frames `[B, stack, H, W] -> [B, H, W, stack]`."""
+        if not np.array_equal(env_id, np.sort(env_id)):
+            obs = obs[np.argsort(env_id)]
+        if self._atari:
+            obs = np.ascontiguousarray(obs.transpose(0, 2, 3, 1))
+        return obs.astype(self._obs_dtype, copy=False)

@@ -1,0 +1,103 @@
+"""Any Gymnasium environment with discrete actions as a podracer `HostEnv` (fallback).
+
+A `gymnasium.vector.SyncVectorEnv` in same-step auto-reset mode: when an episode ends,
+the step already returns the next episode's first observation and the last one is in
+`info["final_obs"]`, which is exactly the TimeStep's `obs` / `final_obs`. Truncation comes
+from our own step count (the same limit is given to Gymnasium's TimeLimit, so both agree).
+`send` only records the action; `recv` steps the batch in the calling thread.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from podracer.config import EnvConfig
+from podracer.envs.host import EpisodeCounters, HostStep
+from podracer.types import DiscreteSpec, ObsSpec, TimeStep
+
+
+@functools.cache
+def gymnasium_ids() -> tuple[str, ...]:
+    import gymnasium
+
+    return tuple(gymnasium.registry)
+
+
+def _make_one(env_config: EnvConfig):
+    import gymnasium
+
+    return gymnasium.make(env_config.id, max_episode_steps=env_config.max_episode_steps)
+
+
+def gymnasium_specs(env_config: EnvConfig) -> tuple[ObsSpec, DiscreteSpec]:
+    env = _make_one(env_config)
+    try:
+        return _specs_of(env.observation_space, env.action_space, env_config.id)
+    finally:
+        env.close()
+
+
+def _specs_of(obs_space, action_space, env_id: str) -> tuple[ObsSpec, DiscreteSpec]:
+    if not hasattr(action_space, "n"):
+        raise ValueError(f"{env_id} has action space {action_space}; podracer agents need discrete actions")
+    return ObsSpec(tuple(obs_space.shape), np.dtype(obs_space.dtype)), DiscreteSpec(int(action_space.n))
+
+
+class GymnasiumEnv:
+    """`num_envs` Gymnasium environments stepped one after the other on the host."""
+
+    def __init__(self, env_config: EnvConfig, num_envs: int, seed: int) -> None:
+        from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+        self.num_envs = num_envs
+        self._seed = seed
+        self._envs = SyncVectorEnv(
+            [functools.partial(_make_one, env_config) for _ in range(num_envs)],
+            autoreset_mode=AutoresetMode.SAME_STEP,
+        )
+        self.observation_spec, self.action_spec = _specs_of(
+            self._envs.single_observation_space, self._envs.single_action_space, env_config.id
+        )
+        spec = self._envs.envs[0].spec
+        self._max_steps = env_config.max_episode_steps or (spec.max_episode_steps if spec else None)
+        self._counters = EpisodeCounters(num_envs, self._max_steps)
+        self._action: np.ndarray | None = None
+
+    def reset(self) -> np.ndarray:
+        self._counters = EpisodeCounters(self.num_envs, self._max_steps)
+        obs, _ = self._envs.reset(seed=self._seed)
+        return self._cast(obs)
+
+    def send(self, action: np.ndarray) -> None:
+        self._action = np.asarray(action)
+
+    def recv(self) -> HostStep:
+        if self._action is None:
+            raise RuntimeError("recv() without a send()")
+        obs, reward, terminated, gym_truncated, info = self._envs.step(self._action)
+        self._action = None
+        reward = np.asarray(reward, np.float32)
+        terminated = np.asarray(terminated, bool)
+        truncated, episode_end, episode_return, episode_length = self._counters.step(
+            reward, terminated, terminated
+        )
+        # A limit of Gymnasium's own that we did not count still truncates.
+        extra = np.asarray(gym_truncated, bool) & ~terminated & ~truncated
+        truncated, episode_end = self._counters.end(extra, truncated, episode_end)
+        obs = self._cast(obs)
+        final_obs = obs
+        ended = info.get("_final_obs")
+        if ended is not None and ended.any():
+            final_obs = obs.copy()
+            for i in np.flatnonzero(ended):
+                final_obs[i] = info["final_obs"][i]
+        timestep = TimeStep(obs, reward, terminated, truncated, final_obs, episode_return, episode_length)
+        return HostStep(timestep, episode_end)
+
+    def close(self) -> None:
+        self._envs.close()
+
+    def _cast(self, obs: np.ndarray) -> np.ndarray:
+        return np.asarray(obs).astype(self.observation_spec.dtype, copy=False)

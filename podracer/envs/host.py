@@ -1,0 +1,145 @@
+"""Host environments (Sebulba): batched, stepped on the CPU, with the JAX envs' semantics.
+
+A host environment owns `num_envs` environments and is driven by `send(action [B])` then
+`recv() -> HostStep`, so an actor can do other work while they step. Every step it
+reports is a real transition of every environment: auto-reset happens inside `recv`, the
+TimeStep's `obs` is already the first observation of the next episode where one ended, and
+`final_obs` is the observation it ended in (as `podracer.envs.base.JaxEnv.step`).
+
+Truncation is computed here, from the number of steps taken since the last reset
+(`EpisodeCounters`), never read from the backend's own flag (EnvPool's is wrong with
+episodic life, sail-sg/envpool#239).
+
+With Atari's episodic life a lost life *terminates* the learner's episode but not the
+game: `TimeStep.episode_return/episode_length` then count the whole game, and
+`HostStep.episode_end` marks the steps where a game (what gets logged) finished.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Protocol
+
+import numpy as np
+
+from podracer.config import EnvConfig
+from podracer.types import DiscreteSpec, ObsSpec, TimeStep
+
+
+class HostStep(NamedTuple):
+    """What `HostEnv.recv` returns; NumPy arrays, `[B, ...]`.
+
+    timestep:    the JAX-env TimeStep (auto-reset applied, truncation from elapsed steps).
+    episode_end: a logged episode (a whole game, for Atari with episodic life) finished on
+                 this step; its totals are `timestep.episode_return/episode_length`.
+    """
+
+    timestep: TimeStep
+    episode_end: np.ndarray
+
+
+class HostEnv(Protocol):
+    """A batch of host environments, stepped asynchronously: `send` then `recv`."""
+
+    num_envs: int
+    observation_spec: ObsSpec
+    action_spec: DiscreteSpec
+
+    def reset(self) -> np.ndarray:
+        """Reset every environment: observations `[B, ...]`."""
+
+    def send(self, action: np.ndarray) -> None:
+        """Start stepping every environment with `action [B]`; returns at once."""
+
+    def recv(self) -> HostStep:
+        """Wait for the step started by `send`."""
+
+    def close(self) -> None:
+        """Release the environments (threads, processes)."""
+
+
+class EpisodeCounters:
+    """Per-environment step and return counters, and truncation from elapsed steps.
+
+    `elapsed` counts agent steps since the last full reset (a whole game with episodic
+    life); an episode is truncated when it reaches `max_steps` without terminating.
+    """
+
+    def __init__(self, num_envs: int, max_steps: int | None) -> None:
+        self.max_steps = max_steps
+        self.elapsed = np.zeros(num_envs, np.int32)
+        self.returns = np.zeros(num_envs, np.float32)
+
+    def step(
+        self, raw_reward: np.ndarray, terminated: np.ndarray, game_over: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Count one step: `(truncated, episode_end, episode_return, episode_length)`.
+
+        terminated: the learner's episode ended in a terminal state (a life lost counts).
+        game_over:  the logged episode ended in a terminal state (the game is over).
+        """
+        self.elapsed += 1
+        self.returns += raw_reward.astype(np.float32)
+        if self.max_steps is None:
+            truncated = np.zeros_like(terminated)
+        else:
+            truncated = (self.elapsed >= self.max_steps) & ~terminated
+        episode_end = truncated | game_over
+        episode_return, episode_length = self.returns.copy(), self.elapsed.copy()
+        self.returns[episode_end] = 0.0
+        self.elapsed[episode_end] = 0
+        return truncated, episode_end, episode_return, episode_length
+
+    def end(
+        self, mask: np.ndarray, truncated: np.ndarray, episode_end: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Also truncate the episodes in `mask` (a backend's own time limit we did not
+        count) after `step`: the updated `(truncated, episode_end)`."""
+        if mask.any():
+            self.returns[mask] = 0.0
+            self.elapsed[mask] = 0
+        return truncated | mask, episode_end | mask
+
+
+def host_env_ids() -> list[str]:
+    """Every id a host environment can be made from (EnvPool's, then Gymnasium's)."""
+    from podracer.envs import envpool_env, gymnasium_env
+
+    return sorted(set(envpool_env.envpool_ids()) | set(gymnasium_env.gymnasium_ids()))
+
+
+def host_backend(env_config: EnvConfig) -> str:
+    """The backend that will run `env_config.id`: "envpool" or "gymnasium".
+
+    Raises UnknownEnvError (listing close matches) when the chosen backend lacks the id.
+    """
+    from podracer.envs import envpool_env, gymnasium_env, unknown_env_error
+
+    backend = env_config.backend
+    if backend in ("auto", "envpool") and env_config.id in envpool_env.envpool_ids():
+        return "envpool"
+    if backend in ("auto", "gymnasium") and env_config.id in gymnasium_env.gymnasium_ids():
+        return "gymnasium"
+    known = {"envpool": envpool_env.envpool_ids, "gymnasium": gymnasium_env.gymnasium_ids}
+    ids = host_env_ids() if backend == "auto" else sorted(known[backend]())
+    raise unknown_env_error(env_config.id, ids, "host" if backend == "auto" else backend)
+
+
+def host_env_specs(env_config: EnvConfig) -> tuple[ObsSpec, DiscreteSpec]:
+    """Observation and action specs of a host environment, without building a batch."""
+    from podracer.envs import envpool_env, gymnasium_env
+
+    if host_backend(env_config) == "envpool":
+        return envpool_env.envpool_specs(env_config)
+    return gymnasium_env.gymnasium_specs(env_config)
+
+
+def make_host_env(env_config: EnvConfig, num_envs: int, seed: int, num_threads: int = 0) -> HostEnv:
+    """A batch of `num_envs` host environments for `env_config` (EnvPool, else Gymnasium).
+
+    num_threads: EnvPool worker threads (0: EnvPool's default); ignored by Gymnasium.
+    """
+    from podracer.envs import envpool_env, gymnasium_env
+
+    if host_backend(env_config) == "envpool":
+        return envpool_env.EnvPoolEnv(env_config, num_envs, seed, num_threads)
+    return gymnasium_env.GymnasiumEnv(env_config, num_envs, seed)

@@ -1,0 +1,158 @@
+"""Throughput of a Sebulba config against its physical limit (`podracer bench sebulba`).
+
+- `limit_sps`: the same actor threads, environments and policy inference, and nothing
+  else (no trajectories, no learner): the most the actors could ever produce.
+- `actor_sps`: the whole actor pipeline (trajectory buffers, sharding onto the learner
+  devices, the bounded queues) with a learner that consumes every trajectory as soon as
+  it is on its devices but does not update: what the actors deliver.
+- `sps`: end-to-end training, after compilation.
+
+Each is measured after a warm-up (`WARMUP_S`, compilation included).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from typing import Any
+
+import jax
+import numpy as np
+
+from podracer.config import Config
+from podracer.envs.host import make_host_env
+from sebulba.actor import Actor, make_policy_step
+from sebulba.runner import Setup, actor_seed, initial_state, make_actors, param_sources, run, setup
+from sebulba.threads import ThreadGroup, get
+
+WARMUP_S = 1.0
+
+
+def bench(config: Config, seconds: float = 10.0, rounds: int = 3) -> dict[str, Any]:
+    """`{"limit_sps", "actor_sps", "sps", "actor_fraction", ...}` for `config`.
+
+    `limit_sps` and `actor_sps` alternate over `rounds` rounds of `seconds / rounds` each
+    and report their medians, so that both see the same machine (other processes come and
+    go); `sps` is measured over `seconds` of training. `*_cpu_us_per_step` is the process
+    CPU time per env step of each (median), and `actor_fraction_by_cpu` their ratio: the
+    fraction of the limit the actors would reach on otherwise idle cores.
+    """
+    s = setup(config)
+    state = initial_state(config, s)
+    limits, actors = [], []
+    for _ in range(rounds):
+        limits.append(limit_sps(config, s, state.params, seconds / rounds))
+        actors.append(actor_sps(config, s, state.params, seconds / rounds))
+    limit, actor = (float(np.median([sps for sps, _ in runs])) for runs in (limits, actors))
+    limit_cpu, actor_cpu = (float(np.median([cpu for _, cpu in runs])) for runs in (limits, actors))
+    return {
+        "env": config.env.id,
+        "num_envs": config.arch.num_envs,
+        "actor_threads": s.layout.num_actor_threads,
+        "actor_devices": len(s.layout.actor_devices),
+        "learner_devices": len(s.layout.learner_devices),
+        "limit_sps": limit,
+        "actor_sps": actor,
+        "actor_fraction": actor / limit,
+        "limit_cpu_us_per_step": limit_cpu,
+        "actor_cpu_us_per_step": actor_cpu,
+        "actor_fraction_by_cpu": limit_cpu / actor_cpu,
+        "sps": training_sps(config, s, seconds),
+        "rounds": {"limit_sps": [sps for sps, _ in limits], "actor_sps": [sps for sps, _ in actors]},
+    }
+
+
+def _measure(group: ThreadGroup, counts: np.ndarray, seconds: float) -> tuple[float, float]:
+    """`(env steps per second, process CPU microseconds per env step)` summed over
+    `counts`, between warm-up and warm-up + seconds. CPU time per step is what a loaded
+    machine (other processes on the same cores) distorts least."""
+    try:
+        _sleep(group, WARMUP_S)
+        before, start, cpu = counts.sum(), time.perf_counter(), time.process_time()
+        _sleep(group, seconds)
+        steps = counts.sum() - before
+        sps = float(steps / (time.perf_counter() - start))
+        return sps, float((time.process_time() - cpu) / max(steps, 1) * 1e6)
+    finally:
+        group.join()
+        group.raise_error()
+
+
+def _sleep(group: ThreadGroup, seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and group.error is None:
+        time.sleep(0.05)
+
+
+def limit_sps(config: Config, s: Setup, params: Any, seconds: float) -> tuple[float, float]:
+    """Environment steps plus policy inference only, same threads and environments."""
+    policy_step = make_policy_step(s.agent.act)
+    counts = np.zeros(s.layout.num_actor_threads, np.int64)
+    group = ThreadGroup()
+    for k in range(s.layout.num_actor_threads):
+        device = s.layout.actor_device_of(k)
+        group.start(f"limit-{k}", _step_only, config, s, jax.device_put(params, device), device,
+                    policy_step, k, counts, group.stop)
+    return _measure(group, counts, seconds)
+
+
+def _step_only(config: Config, s: Setup, params: Any, device: Any, policy_step: Any, k: int,
+               counts: np.ndarray, stop: threading.Event) -> None:
+    seed = actor_seed(config.seed, k)
+    env = make_host_env(config.env, s.layout.envs_per_thread, seed, config.arch.env_threads)
+    try:
+        obs = env.reset()
+        key = jax.device_put(jax.random.key(seed), device)
+        while not stop.is_set():
+            action, _, key = policy_step(params, obs, key)
+            env.send(jax.device_get(action))
+            obs = env.recv().timestep.obs
+            counts[k] += env.num_envs
+    finally:
+        env.close()
+
+
+def actor_sps(config: Config, s: Setup, params: Any, seconds: float) -> tuple[float, float]:
+    """The actor pipeline with a learner that only consumes (never blocks the actors on
+    parameters: they keep version 0)."""
+    sources = param_sources(s.layout)
+    for source in sources.values():
+        source.publish(params, 0)
+    actors = make_actors(config, s, sources, num_rollouts=None, max_policy_lag=2**62)
+    counts = np.zeros(1, np.int64)
+    group = ThreadGroup()
+    for actor in actors:
+        group.start(f"actor-{actor.index}", actor.run, group.stop)
+    group.start("consumer", _consume, actors, counts, group.stop)
+    return _measure(group, counts, seconds)
+
+
+def _consume(actors: list[Actor], counts: np.ndarray, stop: threading.Event) -> None:
+    while True:
+        for actor in actors:
+            item, _ = get(actor.out, stop)
+            jax.block_until_ready(item.trajectory)
+            counts[0] += item.trajectory.reward.size
+
+
+def training_sps(config: Config, s: Setup, seconds: float) -> float:
+    """End-to-end env steps per second of training, from the first metrics row (after
+    compilation) to the last one within `seconds` more."""
+    arch = dataclasses.replace(config.arch, updates_per_log=1)
+    long_enough = max(config.total_env_steps, arch.num_envs * arch.rollout_length * 100_000)
+    config = dataclasses.replace(config, arch=arch, total_env_steps=long_enough)
+    s = setup(config)
+    first_row_at: list[float] = []
+
+    def on_row(row: dict[str, Any]) -> None:
+        if not first_row_at:
+            first_row_at.append(time.monotonic())
+
+    def past_deadline() -> bool:  # `seconds` after the first row: compilation is not timed
+        return bool(first_row_at) and time.monotonic() > first_row_at[0] + seconds
+
+    rows, _ = run(config, s, initial_state(config, s), on_row, stop_early=past_deadline)
+    if len(rows) < 2:
+        raise RuntimeError(f"bench: fewer than two updates in {seconds} s; give it more seconds")
+    return (rows[-1]["env_steps"] - rows[0]["env_steps"]) / (rows[-1]["wall_s"] - rows[0]["wall_s"])

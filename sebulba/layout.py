@@ -1,0 +1,71 @@
+"""Devices and sizes derived from a config (computed, never written back), checked
+before anything is compiled."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+import jax
+
+from podracer.config import Config, check
+from sebulba.config import SebulbaConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    actor_devices: tuple[jax.Device, ...]
+    learner_devices: tuple[jax.Device, ...]
+    num_actor_threads: int  # actor devices x threads per device
+    envs_per_thread: int
+    steps_per_update: int  # env steps per update: num_envs * rollout_length
+    num_updates: int  # for the whole run
+
+    def actor_device_of(self, thread: int) -> jax.Device:
+        return self.actor_devices[thread % len(self.actor_devices)]
+
+
+def device_indices(arch: SebulbaConfig, num_devices: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """`(actor, learner)` device indices, defaults filled in (see `SebulbaConfig`)."""
+    for name in ("actor_devices", "learner_devices"):
+        for index in getattr(arch, name):
+            check(index < num_devices, f"arch.{name}",
+                  f"names device {index} but only {num_devices} exist", getattr(arch, name))
+    every = tuple(range(num_devices))
+    actor, learner = arch.actor_devices, arch.learner_devices
+    if not actor and not learner:
+        return ((0,), (0,)) if num_devices == 1 else ((0,), every[1:])
+    if not learner:
+        return actor, tuple(d for d in every if d not in actor) or actor
+    if not actor:
+        return (tuple(d for d in every if d not in learner) or learner)[:1], learner
+    return actor, learner
+
+
+def make_layout(config: Config, devices: Sequence[Any] | None = None) -> Layout:
+    """Resolve devices and sizes; ConfigError (naming the field) if they cannot work."""
+    arch: SebulbaConfig = config.arch
+    devices = list(jax.local_devices() if devices is None else devices)
+    actor, learner = device_indices(arch, len(devices))
+    threads = len(actor) * arch.threads_per_actor_device
+    check(arch.num_envs % threads == 0, "arch.num_envs",
+          f"must be divisible by the number of actor threads ({len(actor)} actor devices x "
+          f"{arch.threads_per_actor_device} threads = {threads})", arch.num_envs)
+    per_thread = arch.num_envs // threads
+    check(per_thread % len(learner) == 0, "arch.num_envs",
+          f"must give each actor thread a number of envs ({per_thread}) divisible by the "
+          f"number of learner devices ({len(learner)})", arch.num_envs)
+    steps_per_update = arch.num_envs * arch.rollout_length
+    num_updates = config.total_env_steps // steps_per_update
+    check(num_updates >= 1, "total_env_steps",
+          f"must be at least arch.num_envs * arch.rollout_length = {steps_per_update}", config.total_env_steps)
+    if hasattr(config.agent, "check_batch"):
+        config.agent.check_batch(arch.num_envs // len(learner) * arch.rollout_length)
+    return Layout(
+        actor_devices=tuple(devices[i] for i in actor),
+        learner_devices=tuple(devices[i] for i in learner),
+        num_actor_threads=threads,
+        envs_per_thread=per_thread,
+        steps_per_update=steps_per_update,
+        num_updates=num_updates,
+    )

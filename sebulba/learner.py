@@ -1,0 +1,119 @@
+"""The learner: the agent's own `update`, compiled under `jax.shard_map` over the learner
+devices, fed with one trajectory from every actor thread per update.
+
+`make_update_step` is the whole device program (the Anakin parity test calls it on a
+given trajectory); `Learner.run` is the thread around it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import threading
+import time
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from podracer.types import Agent, AgentState, Metrics, PRNGKey, Trajectory
+from sebulba.actor import RolloutItem
+from sebulba.params import ParamSource
+from sebulba.threads import get
+
+AXIS = "learner"  # the learner mesh's axis: the agent averages gradients over it
+
+UpdateStep = Callable[[AgentState, tuple[Trajectory, ...], PRNGKey], tuple[AgentState, Metrics]]
+
+
+def trajectory_sharding(mesh: Mesh) -> NamedSharding:
+    """Trajectories `[T, B, ...]` are split over the learner devices along B."""
+    return NamedSharding(mesh, P(None, AXIS))
+
+
+def make_update_step(agent: Agent, mesh: Mesh) -> UpdateStep:
+    """`(state, trajectories, keys [D]) -> (state, metrics)`, jitted.
+
+    state:        replicated over `mesh`.
+    trajectories: a tuple of `[T, B_k, ...]` trajectories sharded with
+                  `trajectory_sharding(mesh)`; each device joins its shards along the
+                  batch axis (no communication) and runs `agent.update` on them.
+    keys:         one key per learner device, sharded over `mesh`.
+    """
+
+    def per_device(state: AgentState, trajectories: tuple[Trajectory, ...], keys: PRNGKey):
+        trajectory = jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=1), *trajectories)
+        return agent.update(state, trajectory, keys[0])
+
+    def update_step(state: AgentState, trajectories: tuple[Trajectory, ...], keys: PRNGKey):
+        sharded = jax.shard_map(
+            per_device, mesh=mesh, in_specs=(P(), P(None, AXIS), P(AXIS)), out_specs=(P(), P())
+        )
+        return sharded(state, trajectories, keys)
+
+    return jax.jit(update_step)
+
+
+def device_keys(key: PRNGKey, mesh: Mesh) -> PRNGKey:
+    """`[D]` keys from `key`, one per learner device, placed on `mesh`."""
+    return jax.device_put(jax.random.split(key, mesh.devices.size), NamedSharding(mesh, P(AXIS)))
+
+
+class UpdateRecord(NamedTuple):
+    """What one update reports to the metrics (host values)."""
+
+    update: int  # updates applied, this one included
+    metrics: dict[str, np.ndarray]
+    items: list[RolloutItem]
+    policy_lag: list[int]  # per trajectory: versions between acting and this update
+    wait_s: float  # learner waiting for trajectories
+    update_s: float  # the compiled update, until its metrics were on the host
+    queue_depth: int  # trajectories waiting in the queues after this update took its own
+
+
+@dataclasses.dataclass
+class Learner:
+    """The learner thread: take one trajectory per actor thread, update, publish."""
+
+    update_step: UpdateStep
+    state: AgentState  # replicated over the learner mesh; the final state after `run`
+    key: PRNGKey
+    mesh: Mesh
+    queues: list[queue.Queue]  # one per actor thread, in thread order
+    sources: list[ParamSource]  # one per actor device
+    num_updates: int
+    report: Callable[[UpdateRecord], None]
+
+    def run(self, stop: threading.Event) -> None:
+        self.publish(0)
+        for update in range(self.num_updates):
+            start = time.perf_counter()
+            items = [get(q, stop)[0] for q in self.queues]
+            waited = time.perf_counter() - start
+            self.key, step_key = jax.random.split(self.key)
+            trajectories = tuple(item.trajectory for item in items)
+            state, metrics = self.update_step(self.state, trajectories, device_keys(step_key, self.mesh))
+            metrics = jax.device_get(metrics)
+            updated = time.perf_counter()
+            check_finite(metrics, update)
+            self.state = state
+            self.publish(update + 1)
+            self.report(UpdateRecord(
+                update + 1, metrics, items, [update - item.version for item in items],
+                waited, updated - start - waited, sum(q.qsize() for q in self.queues),
+            ))
+
+    def publish(self, version: int) -> None:
+        for source in self.sources:
+            source.publish(self.state.params, version)
+
+
+def check_finite(metrics: dict[str, Any], update: int) -> None:
+    """FloatingPointError naming the metrics that are NaN or infinite."""
+    bad = sorted(name for name, value in metrics.items() if not np.all(np.isfinite(value)))
+    if bad:
+        raise FloatingPointError(f"learner metrics {', '.join(bad)} are not finite at update {update}; "
+                                 "stopping (the parameters of the previous update are kept)")

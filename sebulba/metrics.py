@@ -1,0 +1,86 @@
+"""Metrics rows of a Sebulba run: the Anakin row (`anakin.runner.metrics_row`'s keys) plus
+where the time went.
+
+Timings are means over the interval of a row: actor timings in seconds per rollout
+(`actor_env_wait_s`: waiting for the environments; `actor_inference_s`: choosing actions;
+`actor_param_wait_s`: waiting for parameters new enough; `actor_queue_wait_s`: waiting
+for room in the queue), learner timings in seconds per update (`learner_wait_s`: waiting
+for trajectories; `learner_update_s`: the compiled update). `queue_depth` is the mean
+number of trajectories left waiting after each update took its own; `policy_lag` /
+`policy_lag_max` how many updates behind the acting parameters were.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from sebulba.learner import UpdateRecord
+
+ACTOR_TIMINGS = ("env_wait_s", "inference_s", "param_wait_s", "queue_wait_s")
+
+
+class MetricsReporter:
+    """Accumulates `UpdateRecord`s and `emit`s a row every `updates_per_log` updates and
+    after the last one."""
+
+    def __init__(self, steps_per_update: int, updates_per_log: int, num_updates: int,
+                 emit: Callable[[dict[str, Any]], None]) -> None:
+        self.steps_per_update = steps_per_update
+        self.updates_per_log = updates_per_log
+        self.num_updates = num_updates
+        self.emit = emit
+        self.start = self.last_time = time.perf_counter()
+        self.last_update = 0
+        self._records: list[UpdateRecord] = []
+
+    def __call__(self, record: UpdateRecord) -> None:
+        self._records.append(record)
+        if record.update % self.updates_per_log == 0 or record.update == self.num_updates:
+            self.emit(self.row())
+
+    def row(self) -> dict[str, Any]:
+        records, self._records = self._records, []
+        now = time.perf_counter()
+        update = records[-1].update
+        row = {
+            "env_steps": update * self.steps_per_update,
+            "sps": (update - self.last_update) * self.steps_per_update / max(now - self.last_time, 1e-9),
+            "wall_s": now - self.start,
+            **episode_means(records),
+            **agent_means(records),
+            **timing_means(records),
+        }
+        self.last_time, self.last_update = now, update
+        return row
+
+
+def episode_means(records: list[UpdateRecord]) -> dict[str, Any]:
+    total = sum((item.episodes for r in records for item in r.items), np.zeros(3))
+    count = int(total[2])
+    return {
+        "episode_return": float(total[0] / count) if count else None,
+        "episode_length": float(total[1] / count) if count else None,
+        "episodes": count,
+    }
+
+
+def agent_means(records: list[UpdateRecord]) -> dict[str, float]:
+    names = records[0].metrics.keys()
+    return {name: float(np.mean([np.mean(r.metrics[name]) for r in records])) for name in names}
+
+
+def timing_means(records: list[UpdateRecord]) -> dict[str, float]:
+    items = [item for r in records for item in r.items]
+    lags = [lag for r in records for lag in r.policy_lag]
+    row = {f"actor_{name}": float(np.mean([item.timings[name] for item in items])) for name in ACTOR_TIMINGS}
+    row.update(
+        learner_wait_s=float(np.mean([r.wait_s for r in records])),
+        learner_update_s=float(np.mean([r.update_s for r in records])),
+        queue_depth=float(np.mean([r.queue_depth for r in records])),
+        policy_lag=float(np.mean(lags)),
+        policy_lag_max=int(max(lags)),
+    )
+    return row

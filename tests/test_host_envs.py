@@ -1,0 +1,149 @@
+"""Host environments: the JAX envs' TimeStep semantics over EnvPool and Gymnasium."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from podracer.config import ConfigError, EnvConfig
+from podracer.envs import UnknownEnvError
+from podracer.envs.host import EpisodeCounters, HostStep, host_backend, host_env_specs, make_host_env
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def run_steps(env, num_steps: int, seed: int = 0) -> list[HostStep]:
+    """Step `env` with random actions; every HostStep, plus the observation acted on."""
+    rng = np.random.default_rng(seed)
+    obs = env.reset()
+    steps = []
+    for _ in range(num_steps):
+        env.send(rng.integers(0, env.action_spec.num_actions, env.num_envs))
+        step = env.recv()
+        steps.append((obs, step))
+        obs = step.timestep.obs
+    return steps
+
+
+@pytest.mark.parametrize("backend", ["envpool", "gymnasium"])
+def test_cartpole_every_step_is_a_real_transition(backend):
+    """CartPole pays 1 per step: a hidden auto-reset step (reward 0) would show up here."""
+    env = make_host_env(EnvConfig("CartPole-v1", backend=backend), 4, seed=0)
+    try:
+        steps = run_steps(env, 300)
+    finally:
+        env.close()
+    lengths = np.zeros(4, int)
+    ends = 0
+    for obs, step in steps:
+        ts = step.timestep
+        assert (ts.reward == 1.0).all()
+        lengths += 1
+        np.testing.assert_array_equal(ts.episode_length, lengths)
+        np.testing.assert_array_equal(ts.episode_return, lengths.astype(np.float32))
+        done = ts.terminated | ts.truncated
+        assert not ts.truncated.any()  # random play never lasts 500 steps
+        np.testing.assert_array_equal(step.episode_end, done)
+        # Where the episode went on, final_obs is obs; where it ended, obs is a fresh start.
+        np.testing.assert_array_equal(ts.final_obs[~done], ts.obs[~done])
+        assert (np.abs(ts.obs[done]) <= 0.05).all()
+        assert (np.abs(ts.final_obs[done]) > 0.05).any(axis=-1).all()
+        lengths[done] = 0
+        ends += done.sum()
+    assert ends >= 20
+
+
+@pytest.mark.parametrize("backend", ["envpool", "gymnasium"])
+def test_truncation_is_computed_from_elapsed_steps(backend):
+    """A simple controller keeps the pole up, so episodes end by the time limit only."""
+    env = make_host_env(EnvConfig("CartPole-v1", backend=backend, max_episode_steps=25), 3, seed=1)
+    try:
+        obs = env.reset()
+        for t in range(1, 76):
+            env.send((obs[:, 2] + obs[:, 3] > 0).astype(np.int32))  # push towards the lean
+            ts = env.recv().timestep
+            obs = ts.obs
+            limit = t % 25 == 0
+            assert not ts.terminated.any()
+            assert ts.truncated.all() == limit and ts.truncated.any() == limit
+            if limit:
+                np.testing.assert_array_equal(ts.episode_length, [25] * 3)
+                assert not np.array_equal(ts.obs, ts.final_obs)
+    finally:
+        env.close()
+
+
+def test_episode_counters_time_limit_and_termination():
+    counters = EpisodeCounters(2, max_steps=3)
+    no, yes = np.array([False, False]), np.array([True, False])
+    r = np.ones(2, np.float32)
+    assert not counters.step(r, no, no)[0].any()
+    truncated, end, ret, length = counters.step(r, yes, yes)  # env 0 terminates at step 2
+    assert not truncated.any() and end.tolist() == [True, False] and length.tolist() == [2, 2]
+    truncated, end, ret, length = counters.step(r, no, no)  # env 1 reaches the limit
+    assert truncated.tolist() == [False, True] and ret.tolist() == [1.0, 3.0]
+    # Terminating on the last allowed step is termination, not truncation.
+    counters = EpisodeCounters(1, max_steps=1)
+    assert not counters.step(np.ones(1), np.array([True]), np.array([True]))[0].any()
+
+
+def test_atari_preprocessing_episodic_life_and_real_returns():
+    config = EnvConfig("Breakout-v5", episodic_life=True, reward_clip=True, max_episode_steps=2000)
+    obs_spec, action_spec = host_env_specs(config)
+    assert obs_spec.shape == (84, 84, 4) and obs_spec.dtype == np.uint8 and action_spec.num_actions == 4
+    env = make_host_env(config, 2, seed=0)
+    try:
+        steps = run_steps(env, 400)
+    finally:
+        env.close()
+    obs, first = steps[0]
+    assert obs.shape == (2, 84, 84, 4) and obs.dtype == np.uint8
+    lives_lost = sum(step.timestep.terminated.sum() for _, step in steps)
+    games = [(step.timestep.episode_return[i], step.timestep.episode_length[i])
+             for _, step in steps for i in np.flatnonzero(step.episode_end)]
+    assert games, "random Breakout loses 5 lives well within 400 steps"
+    # A game spans 5 lives: 5 terminations per logged episode, each game longer than a life.
+    assert lives_lost >= 5 * len(games)
+    for _, step in steps:
+        ts = step.timestep
+        assert set(np.unique(ts.reward)) <= {-1.0, 0.0, 1.0}
+        assert not (step.episode_end & ~ts.terminated & ~ts.truncated).any()
+
+
+def test_atari_time_limit_truncates_the_game():
+    env = make_host_env(EnvConfig("Pong-v5", max_episode_steps=40), 2, seed=0)
+    try:
+        steps = run_steps(env, 80)
+    finally:
+        env.close()
+    for t, (_, step) in enumerate(steps, start=1):
+        ts = step.timestep
+        assert ts.truncated.all() == (t % 40 == 0) and not ts.terminated.any()
+        assert (ts.episode_length == (t - 1) % 40 + 1).all()
+
+
+def test_gymnasium_fallback_for_ids_envpool_lacks():
+    config = EnvConfig("Taxi-v4")
+    assert host_backend(config) == "gymnasium"
+    env = make_host_env(config, 2, seed=0)
+    try:
+        steps = run_steps(env, 250)
+    finally:
+        env.close()
+    assert any(step.timestep.truncated.any() for _, step in steps)  # Taxi's limit is 200 steps
+
+
+def test_unknown_id_lists_close_matches():
+    with pytest.raises(UnknownEnvError, match="CartPole-v1"):
+        make_host_env(EnvConfig("CartPol-v1"), 2, seed=0)
+    with pytest.raises(UnknownEnvError, match="Pong-v5"):
+        host_backend(EnvConfig("Pong-v4", backend="envpool"))
+
+
+@pytest.mark.parametrize("field, value", [
+    ("max_episode_steps", 0), ("repeat_action_probability", 1.5), ("noop_max", -1),
+    ("frame_skip", 0), ("frame_stack", 0), ("backend", "dm_env"),
+])
+def test_env_config_errors_name_the_field(field, value):
+    with pytest.raises(ConfigError, match=f"env.{field}"):
+        EnvConfig("Pong-v5", **{field: value})

@@ -1,0 +1,122 @@
+"""Sebulba shutdown: a fault in any thread, or Ctrl-C, stops every thread within seconds
+and reaches the caller with its cause; no thread is left running."""
+
+from __future__ import annotations
+
+import _thread
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import sebulba.actor
+import sebulba.runner
+from podracer.agents import PPOConfig
+from podracer.config import Config, EnvConfig
+from podracer.envs.host import make_host_env
+from sebulba import SebulbaConfig, train
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def fault_config() -> Config:
+    """Small and slow to finish (many updates), so that the fault comes mid-run."""
+    return Config(
+        env=EnvConfig("CartPole-v1"),
+        agent=PPOConfig(num_minibatches=1, num_epochs=1, hidden_sizes=(8,)),
+        arch=SebulbaConfig(num_envs=8, rollout_length=8, actor_devices=(0, 1), learner_devices=(2, 3),
+                           threads_per_actor_device=2, max_policy_lag=1, updates_per_log=1),
+        total_env_steps=8 * 8 * 100_000,
+    )
+
+
+def sebulba_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith(("actor-", "learner"))]
+
+
+class FailingEnv:
+    """A host env whose `recv` raises after `fail_after` steps (and records when)."""
+
+    def __init__(self, env, fail_after: int, failed_at: list[float]) -> None:
+        self._env, self._left, self._failed_at = env, fail_after, failed_at
+        self.num_envs, self.observation_spec, self.action_spec = env.num_envs, env.observation_spec, env.action_spec
+
+    def reset(self):
+        return self._env.reset()
+
+    def send(self, action):
+        self._env.send(action)
+
+    def recv(self):
+        self._left -= 1
+        if self._left < 0:
+            self._failed_at.append(time.monotonic())
+            raise RuntimeError("the environment exploded")
+        return self._env.recv()
+
+    def close(self):
+        self._env.close()
+
+
+def test_env_that_raises_stops_every_thread(monkeypatch):
+    failed_at: list[float] = []
+
+    def make_env(config, num_envs, seed, num_threads=0):
+        env = make_host_env(config, num_envs, seed, num_threads)
+        return FailingEnv(env, 200, failed_at) if seed == sebulba.runner.actor_seed(0, 3) else env
+
+    monkeypatch.setattr(sebulba.actor, "make_host_env", make_env)
+    with pytest.raises(RuntimeError, match="exploded") as info:
+        train(fault_config())
+    assert time.monotonic() - failed_at[0] < 10
+    assert any("actor-3" in note for note in info.value.__notes__)
+    assert sebulba_threads() == []
+
+
+def test_nan_in_the_learner_stops_every_thread(monkeypatch):
+    make_update_step = sebulba.runner.make_update_step
+    failed_at: list[float] = []
+
+    def poisoned(agent, mesh):
+        update_step, calls = make_update_step(agent, mesh), []
+
+        def step(state, trajectories, keys):
+            state, metrics = update_step(state, trajectories, keys)
+            calls.append(1)
+            if len(calls) == 5:
+                failed_at.append(time.monotonic())
+                metrics = {**metrics, "loss": np.float32(np.nan)}
+            return state, metrics
+
+        return step
+
+    monkeypatch.setattr(sebulba.runner, "make_update_step", poisoned)
+    with pytest.raises(FloatingPointError, match="loss") as info:
+        train(fault_config())
+    assert time.monotonic() - failed_at[0] < 10
+    assert any("learner" in note for note in info.value.__notes__)
+    assert sebulba_threads() == []
+
+
+def test_ctrl_c_stops_cleanly():
+    interrupted_at: list[float] = []
+
+    def on_metrics(row):
+        if row["env_steps"] >= 8 * 8 * 3 and not interrupted_at:
+            interrupted_at.append(time.monotonic())
+            threading.Timer(0.2, _thread.interrupt_main).start()  # Ctrl-C while it waits
+
+    with pytest.raises(KeyboardInterrupt):
+        train(fault_config(), on_metrics)
+    assert time.monotonic() - interrupted_at[0] < 10
+    assert sebulba_threads() == []
+
+
+def test_error_in_the_metrics_callback_stops_cleanly():
+    def on_metrics(row):
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError, match="No space left"):
+        train(fault_config(), on_metrics)
+    assert sebulba_threads() == []
