@@ -13,6 +13,7 @@ from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
@@ -27,7 +28,8 @@ AXIS = "device"
 class RunnerState(NamedTuple):
     """Everything a run needs to continue exactly: a pytree with a leading seed axis.
 
-    agent: `[S, ...]`, replicated over devices.
+    agent: `[S, ...]`, replicated over devices, except `agent.local` (per-device state such
+           as a replay buffer): `[S, D, ...]`, sharded over devices, one copy each.
     envs:  `[S, B, ...]`, environments sharded over devices (B = all envs of a seed).
     key:   `[S, D]`, one key per seed and device, sharded over devices.
     """
@@ -47,8 +49,10 @@ class CallMetrics(NamedTuple):
 
 def state_specs(state: Any) -> RunnerState:
     """Partition specs of a `RunnerState` (or a tree of the same structure)."""
+    # `agent.local` is per-device (e.g. a replay buffer): sharded, never replicated.
+    agent_specs = jax.tree.map(lambda _: P(), state.agent.replace(local=None))
     return RunnerState(
-        agent=jax.tree.map(lambda _: P(), state.agent),
+        agent=agent_specs.replace(local=jax.tree.map(lambda _: P(None, AXIS), state.agent.local)),
         envs=jax.tree.map(lambda _: P(None, AXIS), state.envs),
         key=P(None, AXIS),
     )
@@ -69,7 +73,13 @@ def init_state(
         envs.append(jax.jit(reset_envs, static_argnums=(0, 3))(env, env_params, env_key, num_envs))
         keys.append(jax.random.split(run_key, num_devices))
     stack = lambda *xs: jnp.stack(xs)  # noqa: E731
-    state = RunnerState(jax.tree.map(stack, *agents), jax.tree.map(stack, *envs), jnp.stack(keys))
+    agent_state = jax.tree.map(stack, *agents)
+    # Every device starts from the same (empty) per-device state: a broadcast host view,
+    # so `shard` copies one `[S, ...]` slice to each device rather than `[S, D, ...]`.
+    agent_state = agent_state.replace(local=jax.tree.map(
+        lambda x: np.broadcast_to(np.asarray(x)[:, None], (num_seeds, num_devices) + x.shape[1:]),
+        agent_state.local))
+    state = RunnerState(agent_state, jax.tree.map(stack, *envs), jnp.stack(keys))
     return jax.tree.map(lambda x, s: parallel.shard(x, mesh, s), state, state_specs(state))
 
 
@@ -106,9 +116,12 @@ def make_train_call(
         )
 
     def per_device(state: RunnerState, num_updates: jax.Array):
+        # Inside, per-device state is seen without its device axis: `[S, 1, ...] -> [S, ...]`.
+        local = jax.tree.map(lambda x: x[:, 0], state.agent.local)
         agent_state, envs, key, metrics = jax.vmap(one_seed, in_axes=(0, 0, 0, None))(
-            state.agent, state.envs, state.key[:, 0], num_updates
+            state.agent.replace(local=local), state.envs, state.key[:, 0], num_updates
         )
+        agent_state = agent_state.replace(local=jax.tree.map(lambda x: x[:, None], agent_state.local))
         return RunnerState(agent_state, envs, key[:, None]), metrics
 
     def call(state: RunnerState, num_updates: jax.Array):

@@ -1,4 +1,4 @@
-"""Flax networks: torsos (MLP; Atari CNNs live beside them) and actor-critic heads."""
+"""Flax networks: torsos (MLP; Atari CNNs live beside them), actor-critic and Q heads."""
 
 from __future__ import annotations
 
@@ -102,3 +102,14 @@ class ImpalaCNN(nn.Module):
             x = _ResidualBlock(features)(x)
         x = nn.relu(x).reshape(x.shape[:-3] + (-1,))
         return nn.relu(nn.Dense(256, kernel_init=orthogonal(), bias_init=nn.initializers.zeros)(x))
+
+
+class QNetwork(nn.Module):
+    """Action values, `obs [B, ...] -> q [B, A]`: a torso and a linear head (Mnih et al. 2015)."""
+
+    num_actions: int
+    torso: nn.Module
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> jax.Array:
+        return nn.Dense(self.num_actions, kernel_init=orthogonal(1.0), name="q")(self.torso(obs))

@@ -82,17 +82,25 @@ class Trajectory(NamedTuple):
 
 @struct.dataclass
 class AgentState:
-    """The learner's whole state: a pytree, replicated across learner devices."""
+    """The learner's whole state: a pytree.
+
+    params, opt_state and update_count are replicated across learner devices (identical
+    on each, kept so by averaged gradients). `local` is per-device state, e.g. a replay
+    buffer: sharded over the devices, one independent copy each, never averaged; runners
+    give it a leading device axis outside the per-device program and strip it inside.
+    On-policy agents leave it None.
+    """
 
     params: Params
     opt_state: Any
     update_count: Array  # int32 scalar: number of `update` calls applied
+    local: Any = None
 
 
 class Agent(NamedTuple):
     """An algorithm as a tuple of pure functions (optax style).
 
-    init:   `(key) -> AgentState`.
+    init:   `(key) -> AgentState`; its `local` part (if any) is one device's.
     act:    `(params, obs [B, ...], key) -> (action [B], extras)`; `extras` holds what the
             loss needs later (e.g. `log_prob`, `value`), each `[B, ...]`.
     update: `(state, trajectory [T, B, ...], key) -> (state, metrics)`; epochs, minibatches,

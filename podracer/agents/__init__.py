@@ -8,19 +8,22 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from podracer.agents.dqn import DQNConfig, make_dqn
 from podracer.agents.impala import ImpalaConfig, make_impala
 from podracer.agents.ppo import PPOConfig, make_ppo
 from podracer.parallel import AxisName
 from podracer.types import Agent, DiscreteSpec, ObsSpec
 
-FACTORIES: dict[type, Callable[..., Agent]] = {PPOConfig: make_ppo, ImpalaConfig: make_impala}
-ALGORITHMS: dict[str, type] = {"ppo": PPOConfig, "impala": ImpalaConfig}
+FACTORIES: dict[type, Callable[..., Agent]] = {
+    PPOConfig: make_ppo, ImpalaConfig: make_impala, DQNConfig: make_dqn,
+}
+ALGORITHMS: dict[str, type] = {"ppo": PPOConfig, "impala": ImpalaConfig, "dqn": DQNConfig}
 
 
 def make_agent(
     config: Any, obs_spec: ObsSpec, action_spec: DiscreteSpec, *, num_updates: int, axis_name: AxisName
 ) -> Agent:
-    """The `Agent` for an algorithm config (`PPOConfig`, `ImpalaConfig`, ...)."""
+    """The `Agent` for an algorithm config (`PPOConfig`, `ImpalaConfig`, `DQNConfig`, ...)."""
     try:
         factory = FACTORIES[type(config)]
     except KeyError:
@@ -29,5 +32,6 @@ def make_agent(
 
 
 __all__ = [
-    "ALGORITHMS", "FACTORIES", "ImpalaConfig", "PPOConfig", "make_agent", "make_impala", "make_ppo",
+    "ALGORITHMS", "DQNConfig", "FACTORIES", "ImpalaConfig", "PPOConfig", "make_agent", "make_dqn",
+    "make_impala", "make_ppo",
 ]

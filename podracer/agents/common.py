@@ -25,14 +25,19 @@ def make_actor_critic(
     action_spec: DiscreteSpec,
 ) -> nn.Module:
     """The actor-critic network an agent config asks for."""
-    if torso == "mlp":
-        def body():
-            return networks.MLP(tuple(hidden_sizes), activation, obs_ndim=len(obs_spec.shape))
-    elif torso in ("nature_cnn", "impala_cnn"):
-        body = getattr(networks, "NatureCNN" if torso == "nature_cnn" else "ImpalaCNN")
-    else:
-        raise ValueError(f"unknown torso {torso!r}; choose one of {TORSOS}")
+    def body():
+        return make_torso(torso, hidden_sizes, activation, obs_spec)
+
     return networks.ActorCritic(action_spec.num_actions, body(), None if shared_torso else body())
+
+
+def make_torso(torso: str, hidden_sizes: tuple[int, ...], activation: str, obs_spec: ObsSpec) -> nn.Module:
+    """A fresh torso module of the kind a config names (`TORSOS`)."""
+    if torso == "mlp":
+        return networks.MLP(tuple(hidden_sizes), activation, obs_ndim=len(obs_spec.shape))
+    if torso in ("nature_cnn", "impala_cnn"):
+        return getattr(networks, "NatureCNN" if torso == "nature_cnn" else "ImpalaCNN")()
+    raise ValueError(f"unknown torso {torso!r}; choose one of {TORSOS}")
 
 
 def init_params(network: nn.Module, key: PRNGKey, obs_spec: ObsSpec) -> Params:

@@ -1,0 +1,191 @@
+"""DQN (Mnih et al. 2015) with a replay buffer per learner device, as a podracer `Agent`.
+
+Options: Double DQN targets (van Hasselt et al. 2016), n-step returns, prioritized replay
+with importance weights (Schaul et al. 2016), Huber or squared loss, hard or Polyak target
+updates.
+
+Where its state lives (the `AgentState` contract):
+- `params` is what the actor needs, `DQNParams(online, env_steps)`: the online network and
+  the number of env steps the learner has received, the position of the epsilon-greedy
+  schedule. Whoever ships parameters to actors (Anakin's rollout, Sebulba's parameter
+  source) ships the schedule with them, and `act` stays `act(params, obs, key)`.
+- `opt_state` is learner-only replicated state, `DQNLearnerState(optimizer, target,
+  gradient_steps)`: the target network rides here so actors never receive it.
+- `local` is this device's replay buffer (flashbax), sharded over devices, never averaged.
+
+`update(state, traj, key)` turns the `[T, B]` trajectory into n-step transitions, adds them
+to the device's buffer, and, once `learning_starts` env steps have been collected, takes
+`gradient_steps` gradient steps on batches sampled from that buffer, gradients averaged over
+`axis_name`. `key` should differ between devices so that each samples its own batch.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+
+from podracer import networks, ops, parallel
+from podracer.agents import common
+from podracer.agents.dqn_config import DQNConfig
+from podracer.replay import Replay, ReplaySample, Transition, make_replay
+from podracer.types import Agent, AgentState, Array, DiscreteSpec, ObsSpec, Params, PRNGKey, Trajectory
+
+__all__ = ["DQNConfig", "DQNLearnerState", "DQNParams", "make_dqn", "make_learn_on_batch", "to_transitions"]
+
+
+class DQNParams(NamedTuple):
+    """What `act` receives: online Q-network parameters and the schedule position."""
+
+    online: Params
+    env_steps: Array  # int32 scalar: env steps (all devices, one seed) the learner has received
+
+
+class DQNLearnerState(NamedTuple):
+    """`AgentState.opt_state` of DQN: replicated learner-only state."""
+
+    optimizer: Any
+    target: Params
+    gradient_steps: Array  # int32 scalar
+
+
+def make_q_network(config: DQNConfig, obs_spec: ObsSpec, action_spec: DiscreteSpec) -> nn.Module:
+    torso = common.make_torso(config.torso, config.hidden_sizes, config.activation, obs_spec)
+    return networks.QNetwork(action_spec.num_actions, torso)
+
+
+def make_optimizer(config: DQNConfig) -> optax.GradientTransformation:
+    return optax.chain(optax.clip_by_global_norm(config.max_grad_norm),
+                       optax.adam(config.learning_rate, eps=config.adam_eps))
+
+
+def epsilon_schedule(config: DQNConfig) -> optax.Schedule:
+    """Linear decay from `epsilon_start` to `epsilon_end` over `epsilon_decay_steps` env steps."""
+    return optax.linear_schedule(config.epsilon_start, config.epsilon_end, config.epsilon_decay_steps)
+
+
+def to_transitions(traj: Trajectory, gamma: float, n: int) -> Transition:
+    """A `[T, B]` trajectory as `T * B` n-step transitions `[T * B, ...]`: steps after a
+    termination do not bootstrap (`discount = 0`), those after a truncation bootstrap from
+    the episode's final observation (`traj.next_obs`)."""
+    returns, discount, last = jax.vmap(ops.n_step_targets, in_axes=(1, 1, 1, None, None), out_axes=1)(
+        traj.reward, traj.terminated, traj.truncated, gamma, n
+    )
+    bootstrap_obs = jax.vmap(lambda obs, index: obs[index], in_axes=(1, 1), out_axes=1)(traj.next_obs, last)
+    transitions = Transition(traj.obs, traj.action.astype(jnp.int32), returns, discount, bootstrap_obs)
+    return common.flatten_time_batch(transitions)
+
+
+def make_learn_on_batch(
+    config: DQNConfig, network: nn.Module, optimizer: optax.GradientTransformation, axis_name: parallel.AxisName
+) -> Callable[[Params, DQNLearnerState, ReplaySample], tuple[Params, DQNLearnerState, dict, Array]]:
+    """`(online, learner, sample) -> (online, learner, metrics, td_error [M])`: one gradient
+    step on a sampled batch (gradient averaged over `axis_name`) and the target update."""
+
+    def loss_fn(online: Params, target: Params, items: Transition, weights: Array):
+        M = items.reward.shape[0]
+        q = network.apply(online, jnp.concatenate([items.obs, items.next_obs], axis=0))
+        q_tm1, q_t_online = q[:M], jax.lax.stop_gradient(q[M:])
+        q_t_target = network.apply(target, items.next_obs)
+        if config.double_q:
+            target_value = ops.double_q_learning_target(items.reward, items.discount, q_t_target, q_t_online)
+        else:
+            target_value = ops.q_learning_target(items.reward, items.discount, q_t_target)
+        td = ops.td_error(q_tm1, items.action, target_value)
+        per_item = ops.huber_loss(td, config.huber_delta) if config.loss == "huber" else 0.5 * jnp.square(td)
+        loss = jnp.mean(weights * per_item)
+        metrics = {"loss": loss, "q_mean": jnp.mean(q_tm1), "td_abs": jnp.mean(jnp.abs(td))}
+        return loss, (metrics, td)
+
+    grad_fn = parallel.value_and_mean_grad(loss_fn, axis_name, has_aux=True)
+
+    def learn_on_batch(online: Params, learner: DQNLearnerState, sample: ReplaySample):
+        (_, (metrics, td)), grads = grad_fn(online, learner.target, sample.items, sample.weights)
+        updates, opt_state = optimizer.update(grads, learner.optimizer, online)
+        online = optax.apply_updates(online, updates)
+        steps = learner.gradient_steps + 1
+        due = steps % config.target_update_period == 0
+        target = jax.tree.map(lambda new, old: jnp.where(due, new, old),
+                              optax.incremental_update(online, learner.target, config.target_update_tau),
+                              learner.target)
+        metrics["grad_norm"] = optax.tree.norm(grads)
+        return online, DQNLearnerState(opt_state, target, steps), metrics, td
+
+    return learn_on_batch
+
+
+def make_dqn(
+    config: DQNConfig,
+    obs_spec: ObsSpec,
+    action_spec: DiscreteSpec,
+    *,
+    num_updates: int,
+    axis_name: parallel.AxisName = None,
+) -> Agent:
+    """Build the DQN `Agent`.
+
+    num_updates: how many times `update` will be called in the run (anneals the
+                 importance-sampling exponent of prioritized replay to 1 over the run).
+    axis_name:   mesh axis (or axes) to average gradients over; None on one device.
+    """
+    network = make_q_network(config, obs_spec, action_spec)
+    optimizer = make_optimizer(config)
+    replay = make_replay(config.buffer_size, config.batch_size, config.prioritized, config.priority_exponent)
+    learn_on_batch = make_learn_on_batch(config, network, optimizer, axis_name)
+    epsilon = epsilon_schedule(config)
+    beta = optax.linear_schedule(config.importance_exponent, 1.0, max(1, num_updates * config.gradient_steps))
+
+    def init(key: PRNGKey) -> AgentState:
+        online = common.init_params(network, key, obs_spec)
+        learner = DQNLearnerState(optimizer.init(online), online, jnp.zeros((), jnp.int32))
+        params = DQNParams(online, jnp.zeros((), jnp.int32))
+        return AgentState(params, learner, jnp.zeros((), jnp.int32), replay.init(_example_item(obs_spec)))
+
+    def act(params: DQNParams, obs: Array, key: PRNGKey) -> tuple[Array, dict[str, Array]]:
+        q = network.apply(params.online, obs)
+        return ops.epsilon_greedy(key, q, epsilon(params.env_steps)), {}
+
+    def update(state: AgentState, traj: Trajectory, key: PRNGKey):
+        T, B = traj.reward.shape
+        num_devices = 1 if axis_name is None else jax.lax.axis_size(axis_name)
+        local = replay.add(state.local, to_transitions(traj, config.gamma, config.n_step))
+        env_steps = state.params.env_steps + T * B * num_devices
+        learn = env_steps >= config.learning_starts
+        operands = (state.params.online, state.opt_state, local, key)
+        online, learner, local, metrics = jax.lax.cond(
+            learn, _learn_steps, _skip_learning, *operands
+        )
+        metrics.update(
+            epsilon=epsilon(env_steps), learning=learn.astype(jnp.float32),
+            replay_size=parallel.pmean(replay.size(local).astype(jnp.float32), axis_name),
+            replay_ratio=jnp.float32(config.gradient_steps * config.batch_size / (T * B)),
+        )
+        return AgentState(DQNParams(online, env_steps), learner, state.update_count + 1, local), metrics
+
+    def _learn_steps(online: Params, learner: DQNLearnerState, local: Any, key: PRNGKey):
+        def step(carry, key):
+            online, learner, local = carry
+            sample = replay.sample(local, key, beta(learner.gradient_steps))
+            online, learner, metrics, td = learn_on_batch(online, learner, sample)
+            local = replay.set_priorities(local, sample.indices, jnp.abs(td) + config.priority_eps)
+            metrics["importance_weight"] = jnp.mean(sample.weights)
+            return (online, learner, local), metrics
+
+        (online, learner, local), metrics = jax.lax.scan(
+            step, (online, learner, local), jax.random.split(key, config.gradient_steps)
+        )
+        return online, learner, local, parallel.pmean(jax.tree.map(jnp.mean, metrics), axis_name)
+
+    def _skip_learning(online: Params, learner: DQNLearnerState, local: Any, key: PRNGKey):
+        shapes = jax.eval_shape(_learn_steps, online, learner, local, key)[-1]
+        return online, learner, local, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+
+    return Agent(init=init, act=act, update=update)
+
+
+def _example_item(obs_spec: ObsSpec) -> Transition:
+    obs = jnp.zeros(obs_spec.shape, obs_spec.dtype)
+    return Transition(obs, jnp.zeros((), jnp.int32), jnp.zeros(()), jnp.zeros(()), obs)

@@ -1,0 +1,69 @@
+"""DQN's hyperparameters: a frozen dataclass validated when built."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+from podracer.agents import common
+from podracer.config import check
+
+
+@dataclasses.dataclass(frozen=True)
+class DQNConfig:
+    """DQN hyperparameters; defaults suit classic control (CleanRL's CartPole DQN).
+
+    Replay is per learner device: each device holds `buffer_size` transitions and samples
+    `batch_size` of them per gradient step, so the global batch is `batch_size * devices`.
+    Each `update` receives `T * B` transitions per device and takes `gradient_steps`
+    gradient steps: the replay ratio (samples learned per env step) is
+    `gradient_steps * batch_size / (T * B_per_device)`.
+    """
+
+    learning_rate: float = 2.5e-4
+    adam_eps: float = 1e-5
+    max_grad_norm: float = 10.0  # global-norm gradient clipping
+    gamma: float = 0.99
+    n_step: int = 1  # rewards summed before bootstrapping (within a rollout)
+    double_q: bool = True  # van Hasselt et al. 2016
+    loss: Literal["huber", "mse"] = "mse"  # "huber": Mnih et al. 2015 (Atari)
+    huber_delta: float = 1.0
+    buffer_size: int = 10_000  # transitions held per device
+    batch_size: int = 128  # transitions sampled per device per gradient step
+    gradient_steps: int = 1  # per update (per rollout of T * B transitions)
+    learning_starts: int = 10_000  # env steps (all devices, one seed) before the first gradient step
+    target_update_period: int = 500  # gradient steps between target-network updates
+    target_update_tau: float = 1.0  # 1: hard copy (Mnih et al. 2015); < 1: Polyak averaging
+    epsilon_start: float = 1.0
+    epsilon_end: float = 0.05
+    epsilon_decay_steps: int = 250_000  # env steps (all devices, one seed) of linear decay
+    prioritized: bool = False  # Schaul et al. 2016
+    priority_exponent: float = 0.6  # alpha
+    importance_exponent: float = 0.4  # beta at the start, annealed linearly to 1 over the run
+    priority_eps: float = 1e-6  # added to |TD error| so no transition gets priority 0
+    torso: Literal["mlp", "nature_cnn", "impala_cnn"] = "mlp"
+    hidden_sizes: tuple[int, ...] = (120, 84)
+    activation: Literal["tanh", "relu", "gelu"] = "relu"
+
+    def __post_init__(self) -> None:
+        positive = ("learning_rate", "adam_eps", "max_grad_norm", "huber_delta", "buffer_size", "batch_size",
+                    "gradient_steps", "n_step", "target_update_period", "epsilon_decay_steps", "priority_eps")
+        for name in positive:
+            check(getattr(self, name) > 0, f"agent.{name}", "must be > 0", getattr(self, name))
+        check(0 <= self.gamma <= 1, "agent.gamma", "must be in [0, 1]", self.gamma)
+        check(self.loss in ("huber", "mse"), "agent.loss", "must be 'huber' or 'mse'", self.loss)
+        check(self.batch_size <= self.buffer_size, "agent.batch_size", f"must be <= agent.buffer_size "
+              f"({self.buffer_size})", self.batch_size)
+        check(self.learning_starts >= 0, "agent.learning_starts", "must be >= 0", self.learning_starts)
+        check(0 < self.target_update_tau <= 1, "agent.target_update_tau", "must be in (0, 1]",
+              self.target_update_tau)
+        for name in ("epsilon_start", "epsilon_end", "priority_exponent", "importance_exponent"):
+            check(0 <= getattr(self, name) <= 1, f"agent.{name}", "must be in [0, 1]", getattr(self, name))
+        check(self.torso in common.TORSOS, "agent.torso", f"must be one of {common.TORSOS}", self.torso)
+        check(len(self.hidden_sizes) > 0 and min(self.hidden_sizes) > 0,
+              "agent.hidden_sizes", "must be positive sizes", self.hidden_sizes)
+
+    def check_batch(self, per_device_batch: int) -> None:
+        """Each update adds `per_device_batch` transitions to a device's buffer: it must fit."""
+        check(self.buffer_size >= per_device_batch, "agent.buffer_size",
+              f"must hold one update's transitions per device ({per_device_batch})", self.buffer_size)

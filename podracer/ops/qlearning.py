@@ -1,0 +1,91 @@
+"""Value-based ops, rlax style: n-step targets over one trajectory, Q-learning targets,
+Huber loss and epsilon-greedy action selection.
+
+Names carry time as in rlax: `q_tm1` are the values at the state the action was taken in,
+`q_t` those at the state bootstrapped from, `discount_t` the discount applied to them.
+"""
+
+from __future__ import annotations
+
+import chex
+import jax
+import jax.numpy as jnp
+
+Array = jax.Array
+
+
+def n_step_targets(
+    r_t: Array, terminated_t: Array, truncated_t: Array, gamma: float, n: int
+) -> tuple[Array, Array, Array]:
+    """n-step returns over one trajectory of T steps (Sutton 1988; Mnih et al. 2016).
+
+    r_t:          `[T]` reward of the action taken at step t.
+    terminated_t: `[T]` the episode ended in a terminal state after step t.
+    truncated_t:  `[T]` the episode was cut by a time limit after step t.
+
+    Returns `(return_t, discount_t, bootstrap_index_t)`, each `[T]`: step t's target is
+    `return_t + discount_t * V(next_obs[bootstrap_index_t])`. The sum stops after n steps,
+    at the end of an episode, or at the end of the trajectory (steps near the end use
+    fewer than n rewards). A terminated last step gives `discount_t = 0` (no bootstrap);
+    a truncated one keeps `gamma ** m` and bootstraps from its final observation.
+    """
+    chex.assert_rank([r_t, terminated_t, truncated_t], 1)
+    chex.assert_equal_shape([r_t, terminated_t, truncated_t])
+    T = r_t.shape[0]
+    start = jnp.arange(T)
+    returns = jnp.zeros(T, jnp.float32)
+    scale = jnp.ones(T, jnp.float32)  # gamma ** (rewards summed so far)
+    last = start
+    alive = jnp.ones(T, bool)
+    for k in range(n):
+        index = jnp.minimum(start + k, T - 1)
+        include = alive & (start + k < T)
+        returns = returns + jnp.where(include, scale * r_t[index], 0.0)
+        scale = jnp.where(include, scale * gamma, scale)
+        last = jnp.where(include, index, last)
+        alive = include & ~(terminated_t[index] | truncated_t[index])
+    discount = jnp.where(terminated_t[last], 0.0, scale)
+    return returns, discount, last
+
+
+def q_learning_target(r_t: Array, discount_t: Array, q_t: Array) -> Array:
+    """DQN's target `r + discount * max_a Q_target(s', a)` (Mnih et al. 2015).
+
+    r_t, discount_t: `[B]`; q_t: `[B, A]` target-network values at the bootstrap state.
+    """
+    chex.assert_rank([r_t, discount_t, q_t], [1, 1, 2])
+    return jax.lax.stop_gradient(r_t + discount_t * jnp.max(q_t, axis=-1))
+
+
+def double_q_learning_target(r_t: Array, discount_t: Array, q_t_value: Array, q_t_selector: Array) -> Array:
+    """Double DQN's target (van Hasselt et al. 2016): the online network selects the
+    action, the target network evaluates it: `r + discount * Q_target(s', argmax Q_online(s', .))`.
+
+    q_t_value: `[B, A]` target-network values; q_t_selector: `[B, A]` online-network values.
+    """
+    chex.assert_rank([r_t, discount_t, q_t_value, q_t_selector], [1, 1, 2, 2])
+    best = jnp.argmax(q_t_selector, axis=-1)
+    value = jnp.take_along_axis(q_t_value, best[:, None], axis=-1)[:, 0]
+    return jax.lax.stop_gradient(r_t + discount_t * value)
+
+
+def td_error(q_tm1: Array, a_tm1: Array, target: Array) -> Array:
+    """`target - Q(s, a)`, `[B]`, for values `q_tm1 [B, A]` and actions `a_tm1 [B]`."""
+    chex.assert_rank([q_tm1, a_tm1, target], [2, 1, 1])
+    return target - jnp.take_along_axis(q_tm1, a_tm1[:, None].astype(jnp.int32), axis=-1)[:, 0]
+
+
+def huber_loss(x: Array, delta: float = 1.0) -> Array:
+    """Elementwise Huber loss: `0.5 x^2` for `|x| <= delta`, linear beyond (rlax's)."""
+    abs_x = jnp.abs(x)
+    quadratic = jnp.minimum(abs_x, delta)
+    return 0.5 * quadratic**2 + delta * (abs_x - quadratic)
+
+
+def epsilon_greedy(key: jax.Array, q: Array, epsilon: Array) -> Array:
+    """With probability `epsilon` a uniformly random action, else `argmax q`: `[B, A] -> [B]`."""
+    explore_key, action_key = jax.random.split(key)
+    batch, num_actions = q.shape
+    random_action = jax.random.randint(action_key, (batch,), 0, num_actions)
+    explore = jax.random.uniform(explore_key, (batch,)) < epsilon
+    return jnp.where(explore, random_action, jnp.argmax(q, axis=-1)).astype(jnp.int32)
