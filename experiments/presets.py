@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Callable
 
 from anakin.config import AnakinConfig
+from experiments.presets_dqn import DQN_PRESETS
 from experiments.presets_impala import IMPALA_PRESETS
 from experiments.presets_sebulba import SEBULBA_PRESETS
 from podracer.agents import PPOConfig
@@ -36,4 +37,5 @@ PRESETS: dict[str, Callable[[], Config]] = {
     "ppo-catch-anakin": ppo_catch_anakin,
     **IMPALA_PRESETS,
     **SEBULBA_PRESETS,
+    **DQN_PRESETS,
 }

@@ -60,6 +60,9 @@ def setup(config: Config) -> Setup:
     except ValueError as error:
         raise ConfigError(f"env.id: {error}") from None
     agent = make_agent(config.agent, obs_spec, action_spec, num_updates=layout.num_updates, axis_name=AXIS)
+    if jax.eval_shape(agent.init, jax.random.key(0)).local is not None:
+        raise ConfigError(f"agent: {type(config.agent).__name__} keeps per-device state (a replay buffer), "
+                          "which the Sebulba learner does not support yet; use an Anakin preset")
     return Setup(layout, obs_spec, action_spec, agent, parallel.make_mesh(layout.learner_devices, AXIS))
 
 

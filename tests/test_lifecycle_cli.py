@@ -58,6 +58,7 @@ def final_agent(run_dir):
 # `ppo-catch-anakin` overridden into `TINY` (so the programs come from the compilation
 # cache filled by test_lifecycle).
 TINY_ARGS = ["ppo-catch-anakin", "--agent.learning-rate", 2.5e-4, "--agent.num-minibatches", 2,
+             "--agent.anneal-lr", "true", "--agent.activation", "tanh",
              "--arch.num-envs", 8, "--arch.rollout-length", 16, "--arch.updates-per-call", 3, "--arch.num-seeds", 2,
              "--total-env-steps", TINY.total_env_steps, "--log.console", "false", "--log.tensorboard", "false"]
 
