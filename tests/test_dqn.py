@@ -37,7 +37,7 @@ def test_config_errors_name_the_field():
 def test_registered():
     assert ALGORITHMS["dqn"] is DQNConfig and DQNConfig in FACTORIES
     agent = make_agent(DQNConfig(), OBS_SPEC, ACTION_SPEC, num_updates=1, axis_name=None)
-    assert set(agent._fields) == {"init", "act", "update"}
+    assert set(agent._fields) == {"init", "act", "update", "greedy_act"}
     assert isinstance(DQN_PRESETS["dqn-cartpole-anakin"]().agent, DQNConfig)
 
 

@@ -50,7 +50,7 @@ def test_registered():
     assert ALGORITHMS["impala"] is ImpalaConfig
     assert ImpalaConfig in FACTORIES
     agent = make_agent(ImpalaConfig(), OBS_SPEC, ACTION_SPEC, num_updates=1, axis_name=None)
-    assert set(agent._fields) == {"init", "act", "update"}
+    assert set(agent._fields) == {"init", "act", "update", "greedy_act"}
     assert set(IMPALA_PRESETS) >= {"impala-cartpole-anakin"}
     assert isinstance(impala_cartpole_anakin().agent, ImpalaConfig)
 
