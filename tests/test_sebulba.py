@@ -161,6 +161,6 @@ def test_agents_with_per_device_state_are_rejected_before_compiling():
     from sebulba import runner
     from sebulba.config import SebulbaConfig
 
-    config = dataclasses.replace(PRESETS["dqn-cartpole-anakin"](), arch=SebulbaConfig(num_envs=8, rollout_length=10))
+    config = dataclasses.replace(PRESETS["dqn-cartpole-anakin"](), arch=SebulbaConfig(num_envs=12, rollout_length=10))
     with pytest.raises(ConfigError, match="per-device state"):
         runner.setup(config)
