@@ -44,6 +44,17 @@ def init_params(network: nn.Module, key: PRNGKey, obs_spec: ObsSpec) -> Params:
     return network.init(key, zeros_like_spec(obs_spec, (1,)))
 
 
+def make_init(network: nn.Module, optimizer: optax.GradientTransformation, obs_spec: ObsSpec):
+    """`init(key) -> AgentState` for an agent whose state is its parameters and optimizer."""
+    from podracer.types import AgentState
+
+    def init(key: PRNGKey) -> AgentState:
+        params = init_params(network, key, obs_spec)
+        return AgentState(params, optimizer.init(params), jnp.zeros((), jnp.int32))
+
+    return init
+
+
 def make_sampling_act(network: nn.Module) -> Callable[[Params, Array, PRNGKey], tuple[Array, dict]]:
     """`act(params, obs [B, ...], key) -> (action [B], {"log_prob", "value"})`, sampling
     from the categorical policy; `log_prob` is the behaviour policy's, for the loss."""

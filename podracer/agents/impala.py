@@ -101,9 +101,7 @@ def make_impala(
     )
     optimizer = make_optimizer(config, num_updates * config.num_epochs * config.num_minibatches)
 
-    def init(key: PRNGKey) -> AgentState:
-        params = common.init_params(network, key, obs_spec)
-        return AgentState(params, optimizer.init(params), jnp.zeros((), jnp.int32))
+    init = common.make_init(network, optimizer, obs_spec)
 
     def loss_fn(params, traj: Trajectory):
         """The IMPALA loss over a `[T, B]` minibatch of whole sequences."""

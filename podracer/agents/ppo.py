@@ -104,9 +104,7 @@ def make_ppo(
         optax.adam(lr, eps=config.adam_eps),
     )
 
-    def init(key: PRNGKey) -> AgentState:
-        params = common.init_params(network, key, obs_spec)
-        return AgentState(params, optimizer.init(params), jnp.zeros((), jnp.int32))
+    init = common.make_init(network, optimizer, obs_spec)
 
     def loss_fn(params, minibatch):
         obs, action, behaviour_log_prob, old_value, advantage, target = minibatch
