@@ -152,7 +152,8 @@ def train(
     # while the host formats and writes a row. The pipeline drains before a checkpoint
     # (the state after call k is donated to call k+1) and before stopping.
     while True:
-        stop = pending is not None and should_stop()
+        # Every process must stop after the same call: a stop in one is a stop in all.
+        stop = pending is not None and bool(parallel.process_sum(np.float32(should_stop()), s.mesh) > 0)
         launched = None
         if dispatched < total and not (stop or (pending is not None and pending.checkpoint_after)):
             n = min(config.arch.updates_per_call, total - dispatched)

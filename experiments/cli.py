@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from typing import NoReturn
 
 from podracer.checkpoint import NonFiniteError
@@ -188,6 +189,8 @@ def cmd_bench(arch: str, preset: str | None, overrides: list[str], as_json: bool
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
+    # EnvPool builds Gymnasium spaces from float64 bounds; Gymnasium warns on every one.
+    warnings.filterwarnings("ignore", message=".*precision lowered by casting to float32", category=UserWarning)
     if args.command not in ("train", "bench", "launch-local") and rest:
         _fail(f"unexpected arguments: {' '.join(rest)}")
     code = 0

@@ -1,9 +1,12 @@
-"""`podracer evaluate RUN_DIR`: the latest checkpoint's policy on fresh JAX environments.
+"""`podracer evaluate RUN_DIR`: the latest checkpoint's policy on fresh environments.
 
-Exactly `episodes` episodes run side by side (one vmapped environment each, in one jitted
-`lax.while_loop`) until every one has ended once; the policy is greedy (argmax) unless
-`sample`. The same seed gives the same numbers. `--video FILE` draws one episode with the
-environment's `render(state)` (GIF, or MP4 when imageio-ffmpeg is installed).
+Exactly `episodes` episodes run side by side until every one has ended once; the policy
+is greedy (argmax) unless `sample`. The same seed gives the same numbers. An Anakin run is
+evaluated on its JAX environment (one vmapped environment per episode, in one jitted
+`lax.while_loop`), a Sebulba run on its host environment (EnvPool or Gymnasium, one per
+episode; with Atari's episodic life an episode is a whole game). `--video FILE` draws one
+episode (GIF, or MP4 when imageio-ffmpeg is installed): a JAX environment's
+`render(state)`, or a host environment's image observations (Atari frames).
 """
 
 from __future__ import annotations
@@ -21,17 +24,23 @@ from podracer.checkpoint import Checkpointer, NoCheckpointError, checkpoint_dir
 from podracer.config import Config, ConfigError
 from podracer.envs import JaxEnv, UnknownEnvError, make_jax_env
 from podracer.envs.render import can_render
-from podracer.types import Array, Params, PRNGKey
+from podracer.types import Array, DiscreteSpec, ObsSpec, Params, PRNGKey
 
 Policy = Callable[[Params, Array, PRNGKey], Array]  # (params, obs [B, ...], key) -> action [B]
 
 
 class Loaded(NamedTuple):
     config: Config
-    env: JaxEnv
     policy: Policy
     params: Params
     env_steps: int
+
+
+def is_host_run(config: Config) -> bool:
+    """Whether the run trained on host environments (Sebulba) rather than JAX ones."""
+    from sebulba.config import SebulbaConfig
+
+    return isinstance(config.arch, SebulbaConfig)
 
 
 def evaluate(
@@ -42,12 +51,17 @@ def evaluate(
     if episodes < 1:
         raise ConfigError(f"--episodes must be >= 1, got {episodes}")
     config = load_run_config(run_dir)
-    env = _make_env(config)
+    env = None if is_host_run(config) else _make_env(config)
     if video is not None:
         _check_video(env, config, video)
-    loaded = load_policy(run_dir, config, env, agent_seed, sample)
+    obs_spec, action_spec = specs(config, env)
+    loaded = load_policy(run_dir, config, obs_spec, action_spec, agent_seed, sample)
     key_eval, key_video = jax.random.split(jax.random.key(seed))
-    returns = episode_returns(env, loaded.policy, loaded.params, key_eval, episodes)
+    if env is None:
+        returns, frames = host_episode_returns(config, loaded.policy, loaded.params, key_eval, episodes,
+                                               record=video is not None)
+    else:
+        returns = episode_returns(env, loaded.policy, loaded.params, key_eval, episodes)
     result = {
         "mean_return": float(np.mean(returns)),
         "std_return": float(np.std(returns)),
@@ -59,7 +73,8 @@ def evaluate(
         "policy": "sample" if sample else "greedy",
     }
     if video is not None:
-        frames = record_episode(env, loaded.policy, loaded.params, key_video)
+        if env is not None:
+            frames = record_episode(env, loaded.policy, loaded.params, key_video)
         write_video(frames, video, getattr(env, "render_fps", 20))
         result["video"] = video
     return result
@@ -72,8 +87,19 @@ def _make_env(config: Config) -> JaxEnv:
         raise ConfigError(f"env.id: {error}") from None
 
 
-def _check_video(env: JaxEnv, config: Config, path: str) -> None:
-    if not can_render(env):
+def specs(config: Config, env: JaxEnv | None) -> tuple[ObsSpec, DiscreteSpec]:
+    if env is None:
+        from podracer.envs.host import host_env_specs
+
+        return host_env_specs(config.env)
+    return env.observation_spec(env.default_params), env.action_spec(env.default_params)
+
+
+def _check_video(env: JaxEnv | None, config: Config, path: str) -> None:
+    if env is None:
+        if len(specs(config, None)[0].shape) != 3:
+            raise ConfigError(f"--video: host environment {config.env.id!r} has no image observations to draw")
+    elif not can_render(env):
         raise ConfigError(f"--video: environment {config.env.id!r} cannot render (it has no render(state) method)")
     suffix = os.path.splitext(path)[1].lower()
     if suffix not in (".gif", ".mp4"):
@@ -82,28 +108,64 @@ def _check_video(env: JaxEnv, config: Config, path: str) -> None:
         raise ConfigError("--video: writing .mp4 needs `pip install imageio imageio-ffmpeg`; use a .gif")
 
 
-def load_policy(run_dir: str, config: Config, env: JaxEnv, agent_seed: int, sample: bool) -> Loaded:
+def load_policy(run_dir: str, config: Config, obs_spec: ObsSpec, action_spec: DiscreteSpec, agent_seed: int,
+                sample: bool) -> Loaded:
     """The policy and parameters of seed `agent_seed` from the run's latest checkpoint."""
     num_seeds = getattr(config.arch, "num_seeds", 1)
     if not 0 <= agent_seed < num_seeds:
         raise ConfigError(f"--agent-seed must be in [0, {num_seeds}) for this run, got {agent_seed}")
-    params = env.default_params
-    agent = make_agent(config.agent, env.observation_spec(params), env.action_spec(params),
-                       num_updates=1, axis_name=None)
+    agent = make_agent(config.agent, obs_spec, action_spec, num_updates=1, axis_name=None)
     if not sample and agent.greedy_act is None:
         raise ConfigError(f"{type(config.agent).__name__} has no greedy policy; evaluate with --sample")
-    abstract = jax.eval_shape(agent.init, jax.random.key(0))
-    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct((num_seeds,) + x.shape, x.dtype), abstract)
+    abstract = jax.eval_shape(agent.init, jax.random.key(0)).params
+    seed_axis = not is_host_run(config)  # Anakin states carry a leading seed axis
+    if seed_axis:
+        abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct((num_seeds,) + x.shape, x.dtype), abstract)
     with Checkpointer(checkpoint_dir(run_dir), read_only=True) as checkpoints:
         if checkpoints.latest_step() is None:
             raise NoCheckpointError(f"no checkpoint to evaluate in {checkpoints.directory}")
-        agent_state, progress = checkpoints.restore_agent(abstract)
-    seed_params = jax.tree.map(lambda x: x[agent_seed], agent_state.params)
+        params, progress = checkpoints.restore_part(abstract, ("agent", "params"))
+    if seed_axis:
+        params = jax.tree.map(lambda x: x[agent_seed], params)
     if sample:
         policy: Policy = lambda p, obs, key: agent.act(p, obs, key)[0]  # noqa: E731
     else:
         policy = lambda p, obs, key: agent.greedy_act(p, obs)  # noqa: E731
-    return Loaded(config, env, policy, seed_params, progress.env_steps)
+    return Loaded(config, policy, params, progress.env_steps)
+
+
+def host_episode_returns(config: Config, policy: Policy, params: Params, key: PRNGKey, episodes: int,
+                         record: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+    """Returns of exactly `episodes` episodes (whole games), one per host environment, and
+    with `record` the frames `uint8 [T, H, W, 3]` of the first one (its last stacked frame)."""
+    from podracer.envs.host import make_host_env
+
+    seed = int(jax.random.randint(key, (), 0, 2**31 - 1))
+    act = jax.jit(policy)
+    env = make_host_env(config.env, episodes, seed)
+    returns = np.full(episodes, np.nan)
+    frames: list[np.ndarray] = []
+    try:
+        obs = env.reset()
+        while np.isnan(returns).any():
+            if record and np.isnan(returns[0]):
+                frames.append(_frame(obs[0]))
+            key, act_key = jax.random.split(key)
+            env.send(np.asarray(act(params, obs, act_key)))
+            step = env.recv()
+            first = step.episode_end & np.isnan(returns)
+            returns[first] = step.timestep.episode_return[first]
+            obs = step.timestep.obs
+    finally:
+        env.close()
+    return returns, (np.stack(frames) if record else None)
+
+
+def _frame(obs: np.ndarray) -> np.ndarray:
+    """An image observation `[H, W, C]` as RGB `uint8 [H, W, 3]`: the newest frame of a
+    frame stack (grayscale) or the image itself (3 channels)."""
+    image = obs if obs.shape[-1] == 3 else np.repeat(obs[..., -1:], 3, axis=-1)
+    return np.asarray(image, np.uint8)
 
 
 def episode_returns(env: JaxEnv, policy: Policy, params: Params, key: PRNGKey, episodes: int) -> np.ndarray:

@@ -119,20 +119,29 @@ class Checkpointer:
         return from_storable(restored.state, target), Progress.from_json(host["progress"])
 
     def restore_agent(self, abstract_agent: Any, step: int | None = None) -> tuple[Any, Progress]:
-        """Only the `agent` field of a checkpointed state (leading seed axis), on one
-        device, whatever mesh wrote it: what evaluation needs. `abstract_agent` gives the
-        shapes (`jax.ShapeDtypeStruct`s, seed axis included)."""
+        """Only the `agent` field of a checkpointed state, on one device, whatever mesh
+        wrote it. `abstract_agent` gives the shapes (`jax.ShapeDtypeStruct`s; with
+        Anakin's leading seed axis)."""
+        return self.restore_part(abstract_agent, ("agent",), step)
+
+    def restore_part(self, abstract: Any, path: tuple[str, ...], step: int | None = None) -> tuple[Any, Progress]:
+        """The subtree at `path` (e.g. `("agent", "params")`, what evaluation needs) of a
+        checkpointed state, on one local device, without reading the rest."""
         step = self._step(step)
         host = self._host(step)
-        stored = {f".agent{path}": sig for path, sig in leaf_signatures(abstract_agent).items()}
-        check_signatures({k: v for k, v in host["leaves"].items() if k.startswith(".agent")}, stored)
+        prefix = "".join(f".{name}" for name in path)
+        stored = {f"{prefix}{leaf}": sig for leaf, sig in leaf_signatures(abstract).items()}
+        check_signatures({k: v for k, v in host["leaves"].items() if k.startswith(prefix)}, stored)
         device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-        item = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device), abstract_agent)
-        restore_args = jax.tree.map(lambda x: self._ocp.ArrayRestoreArgs(sharding=device), abstract_agent)
-        args = self._ocp.args.PyTreeRestore(item={"agent": item}, restore_args={"agent": restore_args},
-                                            partial_restore=True)
-        restored = self._manager.restore(step, args=self._ocp.args.Composite(state=args))
-        return restored.state["agent"], Progress.from_json(host["progress"])
+        item = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device), abstract)
+        restore_args = jax.tree.map(lambda x: self._ocp.ArrayRestoreArgs(sharding=device), abstract)
+        for name in reversed(path):
+            item, restore_args = {name: item}, {name: restore_args}
+        args = self._ocp.args.PyTreeRestore(item=item, restore_args=restore_args, partial_restore=True)
+        restored = self._manager.restore(step, args=self._ocp.args.Composite(state=args)).state
+        for name in path:
+            restored = restored[name]
+        return restored, Progress.from_json(host["progress"])
 
     def close(self) -> None:
         self._manager.close()

@@ -11,9 +11,11 @@ checks that N devices give the gradient of the same global batch on one.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 from jax.sharding import Mesh, NamedSharding
@@ -49,6 +51,52 @@ def shard(tree: Any, mesh: Mesh, spec: P) -> Any:
 
 def replicate(tree: Any, mesh: Mesh) -> Any:
     return shard(tree, mesh, P())
+
+
+def put_process_batch(tree: Any, sharding: NamedSharding, axis: int = 1) -> Any:
+    """Place this process's part of a batch on `sharding`, split along `axis`.
+
+    With one process `tree` is the whole batch. With several, each process passes its own
+    `[..., B_local, ...]` part (the same `B_local` everywhere) and gets its slice of one
+    global `[..., B_local * processes, ...]` array; the mesh must list each process's
+    devices together, in process order (as `jax.devices()` does).
+    """
+    if sharding.is_fully_addressable:
+        return jax.device_put(tree, sharding)
+    processes = jax.process_count()
+
+    def place(x: Any) -> jax.Array:
+        host = np.asarray(x)
+        shape = host.shape[:axis] + (host.shape[axis] * processes,) + host.shape[axis + 1:]
+        return jax.make_array_from_process_local_data(sharding, host, shape)
+
+    return jax.tree.map(place, tree)
+
+
+def local_copy(tree: Any) -> Any:
+    """Each leaf's first shard this process holds: for a replicated array, its full value
+    on one local device, whatever devices of other processes it also spans."""
+    return jax.tree.map(lambda x: x.addressable_data(0), tree)
+
+
+def process_sum(values: np.ndarray, mesh: Mesh) -> np.ndarray:
+    """The sum over processes of every process's `values` (host arrays of one shape), through
+    a collective over `mesh`; `values` itself with one process. Every process must call it
+    at the same point of the run (it is a collective)."""
+    values = np.asarray(values)
+    if NamedSharding(mesh, P()).is_fully_addressable:
+        return values
+    here = jax.process_index()
+    local = np.zeros((sum(d.process_index == here for d in mesh.devices.flat),) + values.shape, values.dtype)
+    local[0] = values
+    axis = mesh.axis_names[0]
+    stacked = jax.make_array_from_process_local_data(NamedSharding(mesh, P(axis)), local)
+    return np.asarray(_sum_over_devices(mesh)(stacked))
+
+
+@functools.lru_cache(maxsize=None)
+def _sum_over_devices(mesh: Mesh) -> Callable[[jax.Array], jax.Array]:
+    return jax.jit(lambda x: jnp.sum(x, axis=0), out_shardings=NamedSharding(mesh, P()))
 
 
 def pmean(tree: Any, axis_name: AxisName) -> Any:

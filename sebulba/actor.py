@@ -22,6 +22,7 @@ from jax.sharding import NamedSharding
 
 from podracer.config import EnvConfig
 from podracer.envs.host import HostEnv, HostStep, make_host_env
+from podracer.parallel import put_process_batch
 from podracer.types import Array, Params, PRNGKey, Trajectory
 from sebulba.params import ParamSource
 from sebulba.threads import Stopped, put
@@ -159,6 +160,7 @@ class Actor:
     out: queue.Queue
     sharding: NamedSharding  # where trajectories go: the learner mesh, batch axis
     num_rollouts: int | None  # None: until stopped
+    first_version: int = 0  # parameter version published first (updates applied before a resume)
 
     def run(self, stop: threading.Event) -> None:
         env = make_host_env(self.env_config, self.num_envs, self.seed, self.env_threads)
@@ -173,10 +175,11 @@ class Actor:
         queue_wait = 0.0
         rollouts = itertools.count() if self.num_rollouts is None else range(self.num_rollouts)
         for i in rollouts:
-            params, version, param_wait = self.params.latest(i - self.max_policy_lag, stop)
+            params, version, param_wait = self.params.latest(self.first_version + i - self.max_policy_lag, stop)
             rollout = collect_rollout(env, self.policy_step, params, obs, key, self.rollout_length, stop)
             obs, key = rollout.obs, rollout.key
             timings = {"env_wait_s": rollout.env_wait_s, "inference_s": rollout.inference_s,
                        "param_wait_s": param_wait, "queue_wait_s": queue_wait}
-            trajectory = jax.device_put(rollout.trajectory, self.sharding)
+            # With several processes this is this process's part of one global batch.
+            trajectory = put_process_batch(rollout.trajectory, self.sharding)
             queue_wait = put(self.out, RolloutItem(trajectory, version, rollout.episodes, timings), stop)

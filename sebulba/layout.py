@@ -1,5 +1,12 @@
 """Devices and sizes derived from a config (computed, never written back), checked
-before anything is compiled."""
+before anything is compiled.
+
+Device indices in the config are local: with several processes every process uses the
+same indices of its own devices. Its actor threads act on its actor devices, and the
+learner mesh spans the learner devices of every process. `arch.num_envs` counts the
+environments of all processes together, so a config means the same batch on 1 or N
+processes.
+"""
 
 from __future__ import annotations
 
@@ -14,12 +21,13 @@ from sebulba.config import SebulbaConfig
 
 @dataclasses.dataclass(frozen=True)
 class Layout:
-    actor_devices: tuple[jax.Device, ...]
-    learner_devices: tuple[jax.Device, ...]
-    num_actor_threads: int  # actor devices x threads per device
+    actor_devices: tuple[jax.Device, ...]  # this process's
+    learner_devices: tuple[jax.Device, ...]  # the learner mesh: those of every process, in process order
+    num_actor_threads: int  # this process's: actor devices x threads per device
     envs_per_thread: int
-    steps_per_update: int  # env steps per update: num_envs * rollout_length
+    steps_per_update: int  # env steps per update, all processes: num_envs * rollout_length
     num_updates: int  # for the whole run
+    num_processes: int = 1
 
     def actor_device_of(self, thread: int) -> jax.Device:
         return self.actor_devices[thread % len(self.actor_devices)]
@@ -42,16 +50,31 @@ def device_indices(arch: SebulbaConfig, num_devices: int) -> tuple[tuple[int, ..
     return actor, learner
 
 
+def process_devices() -> list[list[Any]]:
+    """Every process's devices, `[process][local index]`; ConfigError unless every process
+    has as many."""
+    per_process = [sorted((d for d in jax.devices() if d.process_index == p), key=lambda d: d.id)
+                   for p in range(jax.process_count())]
+    counts = {len(devices) for devices in per_process}
+    check(len(counts) == 1, "distributed", "every process must have the same number of devices",
+          [len(devices) for devices in per_process])
+    return per_process
+
+
 def make_layout(config: Config, devices: Sequence[Any] | None = None) -> Layout:
-    """Resolve devices and sizes; ConfigError (naming the field) if they cannot work."""
+    """Resolve devices and sizes; ConfigError (naming the field) if they cannot work.
+
+    `devices` (one process's devices) overrides the discovered ones, for tests."""
     arch: SebulbaConfig = config.arch
-    devices = list(jax.local_devices() if devices is None else devices)
-    actor, learner = device_indices(arch, len(devices))
+    per_process = [list(devices)] if devices is not None else process_devices()
+    here = 0 if devices is not None else jax.process_index()
+    processes = len(per_process)
+    actor, learner = device_indices(arch, len(per_process[here]))
     threads = len(actor) * arch.threads_per_actor_device
-    check(arch.num_envs % threads == 0, "arch.num_envs",
-          f"must be divisible by the number of actor threads ({len(actor)} actor devices x "
-          f"{arch.threads_per_actor_device} threads = {threads})", arch.num_envs)
-    per_thread = arch.num_envs // threads
+    check(arch.num_envs % (threads * processes) == 0, "arch.num_envs",
+          f"must be divisible by the number of actor threads ({processes} processes x {len(actor)} actor "
+          f"devices x {arch.threads_per_actor_device} threads = {threads * processes})", arch.num_envs)
+    per_thread = arch.num_envs // (threads * processes)
     check(per_thread % len(learner) == 0, "arch.num_envs",
           f"must give each actor thread a number of envs ({per_thread}) divisible by the "
           f"number of learner devices ({len(learner)})", arch.num_envs)
@@ -60,12 +83,13 @@ def make_layout(config: Config, devices: Sequence[Any] | None = None) -> Layout:
     check(num_updates >= 1, "total_env_steps",
           f"must be at least arch.num_envs * arch.rollout_length = {steps_per_update}", config.total_env_steps)
     if hasattr(config.agent, "check_batch"):
-        config.agent.check_batch(arch.num_envs // len(learner) * arch.rollout_length)
+        config.agent.check_batch(arch.num_envs // (len(learner) * processes) * arch.rollout_length)
     return Layout(
-        actor_devices=tuple(devices[i] for i in actor),
-        learner_devices=tuple(devices[i] for i in learner),
+        actor_devices=tuple(per_process[here][i] for i in actor),
+        learner_devices=tuple(devices[i] for devices in per_process for i in learner),
         num_actor_threads=threads,
         envs_per_thread=per_thread,
         steps_per_update=steps_per_update,
         num_updates=num_updates,
+        num_processes=processes,
     )

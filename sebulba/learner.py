@@ -19,6 +19,8 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from podracer.checkpoint import NonFiniteError
+from podracer.parallel import local_copy, process_sum
 from podracer.types import Agent, AgentState, Metrics, PRNGKey, Trajectory
 from sebulba.actor import RolloutItem
 from sebulba.params import ParamSource
@@ -62,58 +64,107 @@ def device_keys(key: PRNGKey, mesh: Mesh) -> PRNGKey:
     return jax.device_put(jax.random.split(key, mesh.devices.size), NamedSharding(mesh, P(AXIS)))
 
 
+def make_key_split(mesh: Mesh) -> Callable[[PRNGKey], tuple[PRNGKey, PRNGKey]]:
+    """`key -> (next key, keys [D])`, jitted: the learner's key stays replicated over `mesh`
+    (so it can be checkpointed with any number of processes); the step's keys are split
+    one per learner device as `device_keys` does."""
+
+    def split(key: PRNGKey) -> tuple[PRNGKey, PRNGKey]:
+        key, step_key = jax.random.split(key)
+        return key, jax.random.split(step_key, mesh.devices.size)
+
+    return jax.jit(split, out_shardings=(NamedSharding(mesh, P()), NamedSharding(mesh, P(AXIS))))
+
+
+@jax.jit
+def all_finite(tree: Any) -> jax.Array:
+    """`bool []`: every floating leaf of `tree` is finite."""
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)
+                              if jnp.issubdtype(x.dtype, jnp.inexact)]))
+
+
+class LearnerState(NamedTuple):
+    """What a Sebulba checkpoint holds on the devices: the agent state and the learner's
+    key, both replicated over the learner mesh (environments live in the host's
+    EnvPool and restart on resume)."""
+
+    agent: AgentState
+    key: PRNGKey
+
+
 class UpdateRecord(NamedTuple):
     """What one update reports to the metrics (host values)."""
 
     update: int  # updates applied, this one included
     metrics: dict[str, np.ndarray]
-    items: list[RolloutItem]
+    items: list[RolloutItem]  # this process's
     policy_lag: list[int]  # per trajectory: versions between acting and this update
     wait_s: float  # learner waiting for trajectories
     update_s: float  # the compiled update, until its metrics were on the host
     queue_depth: int  # trajectories waiting in the queues after this update took its own
+    episodes: np.ndarray  # `[3]`: return sum, length sum, count of episodes ended, all processes
 
 
 @dataclasses.dataclass
 class Learner:
-    """The learner thread: take one trajectory per actor thread, update, publish."""
+    """The learner thread: take one trajectory per actor thread, update, publish.
+
+    Between updates it asks every process whether to stop (`stop_requested`, e.g. a
+    SIGTERM in any of them), so all processes stop after the same update; `checkpoint`
+    is then called with `final=True` (also after the last update), and after every
+    other update with `final=False` (it decides whether one is due).
+    """
 
     update_step: UpdateStep
     state: AgentState  # replicated over the learner mesh; the final state after `run`
-    key: PRNGKey
+    key: PRNGKey  # replicated over the learner mesh
     mesh: Mesh
-    queues: list[queue.Queue]  # one per actor thread, in thread order
-    sources: list[ParamSource]  # one per actor device
+    queues: list[queue.Queue]  # one per actor thread of this process, in thread order
+    sources: list[ParamSource]  # one per actor device of this process
     num_updates: int
     report: Callable[[UpdateRecord], None]
+    first_update: int = 0  # updates applied before this run (resume)
+    stop_requested: Callable[[], bool] = lambda: False
+    checkpoint: Callable[["Learner", int, bool], None] = lambda learner, update, final: None
+    describe_kept: Callable[[], str] = lambda: "no checkpoint was written"
+    stopped: bool = False  # set when `stop_requested` ended the run early
 
     def run(self, stop: threading.Event) -> None:
-        self.publish(0)
-        for update in range(self.num_updates):
+        split = make_key_split(self.mesh)
+        self.publish(self.first_update)
+        for update in range(self.first_update, self.num_updates):
             start = time.perf_counter()
             items = [get(q, stop)[0] for q in self.queues]
             waited = time.perf_counter() - start
-            self.key, step_key = jax.random.split(self.key)
+            key, step_keys = split(self.key)
             trajectories = tuple(item.trajectory for item in items)
-            state, metrics = self.update_step(self.state, trajectories, device_keys(step_key, self.mesh))
-            metrics = jax.device_get(metrics)
+            state, metrics = self.update_step(self.state, trajectories, step_keys)
+            metrics, finite = jax.device_get((metrics, all_finite(state.params)))
             updated = time.perf_counter()
-            check_finite(metrics, update)
-            self.state = state
+            check_finite(metrics, bool(finite), update + 1, self.describe_kept())
+            self.state, self.key = state, key
             self.publish(update + 1)
+            episodes = sum((item.episodes for item in items), np.zeros(3))
+            shared = process_sum(np.append(episodes, float(self.stop_requested())), self.mesh)
             self.report(UpdateRecord(
                 update + 1, metrics, items, [update - item.version for item in items],
-                waited, updated - start - waited, sum(q.qsize() for q in self.queues),
+                waited, updated - start - waited, sum(q.qsize() for q in self.queues), shared[:3],
             ))
+            self.stopped = bool(shared[3] > 0) and update + 1 < self.num_updates
+            self.checkpoint(self, update + 1, self.stopped or update + 1 == self.num_updates)
+            if self.stopped:
+                return
 
     def publish(self, version: int) -> None:
+        params = local_copy(self.state.params)  # the mesh may span other processes' devices
         for source in self.sources:
-            source.publish(self.state.params, version)
+            source.publish(params, version)
 
 
-def check_finite(metrics: dict[str, Any], update: int) -> None:
-    """FloatingPointError naming the metrics that are NaN or infinite."""
+def check_finite(metrics: dict[str, Any], params_finite: bool, update: int, kept: str) -> None:
+    """NonFiniteError naming the metrics (or parameters) that are NaN or infinite."""
     bad = sorted(name for name, value in metrics.items() if not np.all(np.isfinite(value)))
-    if bad:
-        raise FloatingPointError(f"learner metrics {', '.join(bad)} are not finite at update {update}; "
-                                 "stopping (the parameters of the previous update are kept)")
+    if bad or not params_finite:
+        what = f"loss metrics {', '.join(bad)}" if bad else "parameters"
+        raise NonFiniteError(f"non-finite {what} at update {update}; run stopped (the update was not "
+                             f"applied), {kept}")

@@ -8,6 +8,8 @@ for room in the queue), learner timings in seconds per update (`learner_wait_s`:
 for trajectories; `learner_update_s`: the compiled update). `queue_depth` is the mean
 number of trajectories left waiting after each update took its own; `policy_lag` /
 `policy_lag_max` how many updates behind the acting parameters were.
+
+Episode statistics count the episodes of every process; timings are this process's.
 """
 
 from __future__ import annotations
@@ -27,19 +29,25 @@ class MetricsReporter:
     after the last one."""
 
     def __init__(self, steps_per_update: int, updates_per_log: int, num_updates: int,
-                 emit: Callable[[dict[str, Any]], None]) -> None:
+                 emit: Callable[[dict[str, Any]], None], first_update: int = 0, wall_offset_s: float = 0.0) -> None:
         self.steps_per_update = steps_per_update
         self.updates_per_log = updates_per_log
         self.num_updates = num_updates
         self.emit = emit
-        self.start = self.last_time = time.perf_counter()
-        self.last_update = 0
+        self.last_time = time.perf_counter()
+        self.start = self.last_time - wall_offset_s  # a resumed run's wall time goes on
+        self.last_update = first_update
+        self.rows = 0  # rows emitted so far, in this session
         self._records: list[UpdateRecord] = []
 
     def __call__(self, record: UpdateRecord) -> None:
         self._records.append(record)
         if record.update % self.updates_per_log == 0 or record.update == self.num_updates:
+            self.rows += 1
             self.emit(self.row())
+
+    def wall_s(self) -> float:
+        return time.perf_counter() - self.start
 
     def row(self) -> dict[str, Any]:
         records, self._records = self._records, []
@@ -58,7 +66,7 @@ class MetricsReporter:
 
 
 def episode_means(records: list[UpdateRecord]) -> dict[str, Any]:
-    total = sum((item.episodes for r in records for item in r.items), np.zeros(3))
+    total = sum((r.episodes for r in records), np.zeros(3))
     count = int(total[2])
     return {
         "episode_return": float(total[0] / count) if count else None,

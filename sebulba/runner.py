@@ -8,13 +8,14 @@ here with the name of the thread it came from.
 from __future__ import annotations
 
 import queue
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, Protocol
 
 import jax
 from jax.sharding import Mesh
 
 from podracer import parallel
 from podracer.agents import make_agent
+from podracer.checkpoint import Progress
 from podracer.config import Config, ConfigError
 from podracer.envs import UnknownEnvError
 from podracer.envs.host import host_env_specs
@@ -22,7 +23,7 @@ from podracer.types import Agent, AgentState, DiscreteSpec, ObsSpec
 from sebulba.actor import Actor, make_policy_step
 from sebulba.config import SebulbaConfig
 from sebulba.layout import Layout, make_layout
-from sebulba.learner import AXIS, Learner, make_update_step, trajectory_sharding
+from sebulba.learner import AXIS, Learner, LearnerState, make_update_step, trajectory_sharding
 from sebulba.metrics import MetricsReporter
 from sebulba.params import ParamSource
 from sebulba.threads import ThreadGroup
@@ -38,6 +39,16 @@ class Setup(NamedTuple):
     action_spec: DiscreteSpec
     agent: Agent
     mesh: Mesh  # the learner devices, axis `AXIS`
+
+
+class Checkpoints(Protocol):
+    """What the runner needs of a checkpointer (`podracer.checkpoint.Checkpointer`)."""
+
+    def save(self, state: Any, progress: Progress) -> None: ...
+
+    def restore(self, target: Any) -> tuple[Any, Progress]: ...
+
+    def latest_step(self) -> int | None: ...
 
 
 class TrainResult(NamedTuple):
@@ -72,52 +83,63 @@ def initial_state(config: Config, s: Setup) -> AgentState:
     return parallel.replicate(state, s.mesh)
 
 
+def initial_learner_state(config: Config, s: Setup) -> LearnerState:
+    """The agent's initial state and the learner's key, on the learner devices: what a
+    checkpoint holds, so also the target that restoring one is shaped and placed like."""
+    key = parallel.replicate(jax.random.fold_in(jax.random.key(config.seed), 1), s.mesh)
+    return LearnerState(initial_state(config, s), key)
+
+
 def train(
     config: Config,
     on_metrics: MetricsCallback | None = None,
     *,
-    checkpointer: Any = None,
+    checkpointer: Checkpoints | None = None,
     should_stop: Callable[[], bool] | None = None,
     resume: bool = False,
 ) -> TrainResult:
     """Train `config.agent` on the host environment `config.env` with Sebulba.
 
     `on_metrics` receives each metrics row (see `sebulba.metrics`) in the calling thread as
-    soon as it exists. Ctrl-C or a fault in any thread stops every thread and re-raises;
-    `should_stop()` (polled by the main thread) ends the run early with `stopped=True`.
-    Checkpoints and resume are not implemented for Sebulba yet: `resume=True` is an error
-    and `checkpointer` is unused.
+    soon as it exists. Ctrl-C or a fault in any thread stops every thread and re-raises.
+    When `should_stop()` turns true (in any process) the learner stops after its current
+    update, checkpoints and the run returns with `stopped=True`. With a `checkpointer`
+    the learner state (parameters, optimizer state, replay buffers, its key, counters) is
+    saved every `config.checkpoint.every_updates`, on stopping and at the end;
+    `resume=True` continues from its latest checkpoint. The environments restart on
+    resume: EnvPool's states cannot be saved, so a resumed Sebulba run continues the same
+    learner but not bit for bit the same run (Anakin's resume is exact).
     """
-    del checkpointer
-    if resume:
-        raise ConfigError("resume: Sebulba runs cannot be resumed yet (only Anakin runs checkpoint)")
     s = setup(config)
-    stop_requested = [False]
+    start, progress = initial_learner_state(config, s), Progress()
+    if resume:
+        if checkpointer is None:
+            raise ValueError("resume=True needs a checkpointer")
+        start, progress = checkpointer.restore(start)
+    rows, learner = run(config, s, start, on_metrics, should_stop, checkpointer=checkpointer, progress=progress)
+    return TrainResult(rows, learner.state, s.agent, stopped=learner.stopped)
 
-    def stop_early() -> bool:
-        stop_requested[0] = stop_requested[0] or (should_stop is not None and should_stop())
-        return stop_requested[0]
 
-    rows, state = run(config, s, initial_state(config, s), on_metrics, stop_early)
-    return TrainResult(rows, state, s.agent, stopped=stop_requested[0])
-
-
-def actor_seed(seed: int, thread: int) -> int:
-    return (seed * 1_000_003 + 7_919 * (thread + 1)) % 2**31
+def actor_seed(seed: int, thread: int, first_update: int = 0) -> int:
+    """The environments' seed of actor thread `thread` (numbered over all processes); a
+    resumed run (`first_update` > 0) gets fresh episodes."""
+    return (seed * 1_000_003 + 7_919 * (thread + 1) + 104_729 * first_update) % 2**31
 
 
 def make_actors(config: Config, s: Setup, sources: dict[Any, ParamSource], num_rollouts: int | None,
-                max_policy_lag: int) -> list[Actor]:
+                max_policy_lag: int, first_update: int = 0) -> list[Actor]:
     arch: SebulbaConfig = config.arch
     policy_step = make_policy_step(s.agent.act)
     sharding = trajectory_sharding(s.mesh)
+    first_thread = jax.process_index() * s.layout.num_actor_threads
     return [
         Actor(
             index=k, env_config=config.env, num_envs=s.layout.envs_per_thread,
-            seed=actor_seed(config.seed, k), env_threads=arch.env_threads,
+            seed=actor_seed(config.seed, first_thread + k, first_update), env_threads=arch.env_threads,
             rollout_length=arch.rollout_length, max_policy_lag=max_policy_lag,
             policy_step=policy_step, params=sources[s.layout.actor_device_of(k)],
             out=queue.Queue(arch.queue_size), sharding=sharding, num_rollouts=num_rollouts,
+            first_version=first_update,
         )
         for k in range(s.layout.num_actor_threads)
     ]
@@ -128,28 +150,42 @@ def param_sources(layout: Layout) -> dict[Any, ParamSource]:
 
 
 def run(
-    config: Config, s: Setup, state: AgentState, on_metrics: MetricsCallback | None,
-    stop_early: Callable[[], bool] | None = None,
-) -> tuple[list[dict[str, Any]], AgentState]:
-    """Run every update (or until `stop_early()` is true, e.g. a benchmark's deadline):
-    `(rows, final agent state)`."""
+    config: Config, s: Setup, start: LearnerState, on_metrics: MetricsCallback | None,
+    stop_requested: Callable[[], bool] | None = None, *, checkpointer: Checkpoints | None = None,
+    progress: Progress = Progress(),
+) -> tuple[list[dict[str, Any]], Learner]:
+    """Run from `start` (after `progress.updates` updates) to the last update, or until
+    `stop_requested()` (e.g. a benchmark's deadline): `(rows, the learner)`, whose `state`
+    is the final agent state."""
     rows_queue: queue.Queue = queue.Queue()
     sources = param_sources(s.layout)
-    actors = make_actors(config, s, sources, s.layout.num_updates, config.arch.max_policy_lag)
-    reporter = MetricsReporter(s.layout.steps_per_update, config.arch.updates_per_log,
-                               s.layout.num_updates, rows_queue.put)
+    first, total = progress.updates, s.layout.num_updates
+    actors = make_actors(config, s, sources, max(total - first, 0), config.arch.max_policy_lag, first)
+    reporter = MetricsReporter(s.layout.steps_per_update, config.arch.updates_per_log, total, rows_queue.put,
+                               first_update=first, wall_offset_s=progress.wall_s)
+    every = config.checkpoint.every_updates
+
+    def checkpoint(learner: Learner, update: int, final: bool) -> None:
+        if checkpointer is None or not (final or (every > 0 and update % every == 0)):
+            return
+        checkpointer.save(LearnerState(learner.state, learner.key), Progress(
+            update, update * s.layout.steps_per_update, reporter.wall_s(), progress.rows + reporter.rows))
+
+    def describe_kept() -> str:
+        kept = None if checkpointer is None else checkpointer.latest_step()
+        return "no checkpoint was written" if kept is None else f"the last good checkpoint is update {kept}"
+
     learner = Learner(
-        update_step=make_update_step(s.agent, s.mesh), state=state,
-        key=jax.random.fold_in(jax.random.key(config.seed), 1), mesh=s.mesh,
+        update_step=make_update_step(s.agent, s.mesh), state=start.agent, key=start.key, mesh=s.mesh,
         queues=[actor.out for actor in actors], sources=list(sources.values()),
-        num_updates=s.layout.num_updates, report=reporter,
+        num_updates=total, report=reporter, first_update=first,
+        stop_requested=stop_requested or (lambda: False), checkpoint=checkpoint, describe_kept=describe_kept,
     )
     group = ThreadGroup()
     for actor in actors:
         group.start(f"actor-{actor.index}", actor.run, group.stop)
     group.start("learner", _learner_body, learner, rows_queue, group.stop)
-    rows = supervise(group, rows_queue, on_metrics, stop_early)
-    return rows, learner.state
+    return supervise(group, rows_queue, on_metrics), learner
 
 
 def _learner_body(learner: Learner, rows_queue: queue.Queue, stop: Any) -> None:
@@ -157,15 +193,12 @@ def _learner_body(learner: Learner, rows_queue: queue.Queue, stop: Any) -> None:
     rows_queue.put(_DONE)
 
 
-def supervise(
-    group: ThreadGroup, rows_queue: queue.Queue, on_metrics: MetricsCallback | None,
-    stop_early: Callable[[], bool] | None = None,
-) -> list[dict[str, Any]]:
-    """Hand rows to `on_metrics` until the learner is done, a thread fails, `stop_early()`
-    or the caller is interrupted; then stop and join every thread."""
+def supervise(group: ThreadGroup, rows_queue: queue.Queue, on_metrics: MetricsCallback | None) -> list[dict[str, Any]]:
+    """Hand rows to `on_metrics` until the learner is done, a thread fails or the caller is
+    interrupted; then stop and join every thread."""
     rows: list[dict[str, Any]] = []
     try:
-        while group.error is None and not (stop_early is not None and stop_early()):
+        while group.error is None:
             try:
                 row = rows_queue.get(timeout=0.05)
             except queue.Empty:

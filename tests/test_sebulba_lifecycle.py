@@ -1,0 +1,95 @@
+"""Sebulba run lifecycle: checkpoints, stop and resume, NaN guard, evaluation of a host-env run."""
+
+import dataclasses
+import json
+
+import jax
+import numpy as np
+import pytest
+
+import sebulba.runner
+from experiments import train as train_lib
+from experiments.evaluate import evaluate
+from podracer.agents import PPOConfig
+from podracer.checkpoint import Checkpointer, CheckpointMismatchError, NonFiniteError, checkpoint_dir
+from podracer.config import CheckpointConfig, Config, ConfigError, EnvConfig, LogConfig
+from sebulba import SebulbaConfig
+from sebulba.learner import make_update_step
+
+pytestmark = pytest.mark.timeout(120)
+
+# 12 updates of 4 envs x 16 steps on 1 actor and 2 learner devices, a row every 2 updates
+# and a checkpoint every 4.
+TINY = Config(
+    env=EnvConfig("CartPole-v1"), agent=PPOConfig(num_minibatches=2, num_epochs=1, hidden_sizes=(16,)),
+    arch=SebulbaConfig(num_envs=4, rollout_length=16, actor_devices=(0,), learner_devices=(1, 2),
+                       max_policy_lag=1, updates_per_log=2),
+    total_env_steps=4 * 16 * 12, log=LogConfig(console=False, tensorboard=False),
+    checkpoint=CheckpointConfig(every_updates=4, keep=2),
+)
+
+
+def read_rows(run_dir):
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_stop_checkpoints_and_resume_continues_the_learner(tmp_path):
+    run_dir = tmp_path / "run"
+    config = dataclasses.replace(TINY, run_dir=str(run_dir))
+    rows_seen = []
+    stopped = train_lib.train(config, on_metrics=rows_seen.append, should_stop=lambda: len(rows_seen) >= 2)
+    assert stopped.stopped
+    stopped_at = int(stopped.state.update_count)
+    assert 4 <= stopped_at < 12  # the learner stops after the update during which it was asked
+    with Checkpointer(checkpoint_dir(str(run_dir)), read_only=True) as checkpoints:
+        assert checkpoints.latest_step() == stopped_at
+        progress = checkpoints.progress()
+        saved, _ = checkpoints.restore_part(jax.eval_shape(lambda: stopped.state.params), ("agent", "params"))
+    assert progress.env_steps == stopped_at * 64
+    for x, y in zip(jax.tree.leaves(saved), jax.tree.leaves(stopped.state.params)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+    resumed = train_lib.resume(str(run_dir))
+    assert not resumed.stopped
+    assert int(resumed.state.update_count) == 12  # counted on from the checkpoint, not from 0
+    steps = [row["env_steps"] for row in read_rows(run_dir)]
+    assert steps == sorted(set(steps)) and steps[-1] == 12 * 64  # no row twice, none after the end
+    assert read_rows(run_dir)[-1]["wall_s"] > progress.wall_s
+    with Checkpointer(checkpoint_dir(str(run_dir)), read_only=True) as checkpoints:
+        assert checkpoints.latest_step() == 12
+
+    result = evaluate(str(run_dir), episodes=3, seed=1)
+    assert result["episodes"] == 3 and result["env_steps"] == 12 * 64
+    assert evaluate(str(run_dir), episodes=3, seed=1)["mean_return"] == result["mean_return"]
+    with pytest.raises(ConfigError, match="no image observations"):
+        evaluate(str(run_dir), episodes=1, video=str(tmp_path / "cartpole.gif"))
+
+
+def test_resume_with_another_network_is_a_clear_error(tmp_path):
+    config = dataclasses.replace(TINY, total_env_steps=4 * 16 * 4)
+    with Checkpointer(str(tmp_path / "checkpoints")) as checkpoints:
+        sebulba.runner.train(config, checkpointer=checkpoints)
+    other = dataclasses.replace(config, agent=dataclasses.replace(config.agent, hidden_sizes=(32,)))
+    with Checkpointer(str(tmp_path / "checkpoints")) as checkpoints:
+        with pytest.raises(CheckpointMismatchError, match="does not match the config"):
+            sebulba.runner.train(other, checkpointer=checkpoints, resume=True)
+
+
+def test_non_finite_loss_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
+    def poisoned(agent, mesh):
+        update_step, calls = make_update_step(agent, mesh), []
+
+        def step(state, trajectories, keys):
+            state, metrics = update_step(state, trajectories, keys)
+            calls.append(1)
+            if len(calls) == 6:
+                metrics = {**metrics, "loss": np.float32(np.nan)}
+            return state, metrics
+
+        return step
+
+    monkeypatch.setattr(sebulba.runner, "make_update_step", poisoned)
+    with Checkpointer(str(tmp_path / "checkpoints")) as checkpoints:
+        with pytest.raises(NonFiniteError, match="update 6.*last good checkpoint is update 4"):
+            sebulba.runner.train(TINY, checkpointer=checkpoints)
+        assert checkpoints.latest_step() == 4
