@@ -45,7 +45,8 @@ class TrainResult(NamedTuple):
     state: RunnerState  # final state: `state.agent.params` has a leading seed axis
     agent: Agent
     run_dir: str | None = None  # set by `experiments.train`
-    stopped: bool = False  # True when `should_stop` ended the run early (checkpoint saved)
+    stopped: bool = False  # True when `should_stop` ended the run early
+    env_steps: int = 0  # env steps the run has taken (one seed's), over every session (checkpoint saved)
 
 
 class Checkpoints(Protocol):
@@ -169,9 +170,9 @@ def train(
             if launched is None and checkpointer is not None:
                 checkpointer.save(state, progress)  # the state right after `pending`
             if stop:
-                return TrainResult(rows, state, s.agent, stopped=True)
+                return TrainResult(rows, state, s.agent, stopped=True, env_steps=progress.env_steps)
         if launched is None and dispatched >= total:
-            return TrainResult(rows, state, s.agent)
+            return TrainResult(rows, state, s.agent, env_steps=progress.env_steps)
         pending = launched
 
 

@@ -123,7 +123,7 @@ def cmd_train(preset: str | None, resume_dir: str | None, overrides: list[str]) 
             result = train_lib.train(config, name=preset, should_stop=stop)
         else:
             result = train_lib.resume(resume_dir, should_stop=stop)
-    env_steps = result.metrics[-1]["env_steps"] if result.metrics else "no new"
+    env_steps = result.env_steps
     if result.stopped:
         print(f"podracer: stopped by {stop.name} at {env_steps:,} env steps, checkpoint saved; "
               f"continue with: podracer train --resume {result.run_dir}", file=sys.stderr)

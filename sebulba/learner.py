@@ -128,6 +128,10 @@ class Learner:
     checkpoint: Callable[["Learner", int, bool], None] = lambda learner, update, final: None
     describe_kept: Callable[[], str] = lambda: "no checkpoint was written"
     stopped: bool = False  # set when `stop_requested` ended the run early
+    updates: int = 0  # updates applied so far, over every session of the run
+
+    def __post_init__(self) -> None:
+        self.updates = self.first_update
 
     def run(self, stop: threading.Event) -> None:
         split = make_key_split(self.mesh)
@@ -142,7 +146,7 @@ class Learner:
             metrics, finite = jax.device_get((metrics, all_finite(state.params)))
             updated = time.perf_counter()
             check_finite(metrics, bool(finite), update + 1, self.describe_kept())
-            self.state, self.key = state, key
+            self.state, self.key, self.updates = state, key, update + 1
             self.publish(update + 1)
             episodes = sum((item.episodes for item in items), np.zeros(3))
             shared = process_sum(np.append(episodes, float(self.stop_requested())), self.mesh)

@@ -57,6 +57,7 @@ class TrainResult(NamedTuple):
     agent: Agent
     run_dir: str | None = None  # set by `experiments.train`
     stopped: bool = False  # True when `should_stop` ended the run early
+    env_steps: int = 0  # env steps the run has taken (one seed's), over every session
 
 
 def setup(config: Config) -> Setup:
@@ -117,7 +118,8 @@ def train(
             raise ValueError("resume=True needs a checkpointer")
         start, progress = checkpointer.restore(start)
     rows, learner = run(config, s, start, on_metrics, should_stop, checkpointer=checkpointer, progress=progress)
-    return TrainResult(rows, learner.state, s.agent, stopped=learner.stopped)
+    return TrainResult(rows, learner.state, s.agent, stopped=learner.stopped,
+                       env_steps=learner.updates * s.layout.steps_per_update)
 
 
 def actor_seed(seed: int, thread: int, first_update: int = 0) -> int:

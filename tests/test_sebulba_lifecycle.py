@@ -45,13 +45,14 @@ def test_stop_checkpoints_and_resume_continues_the_learner(tmp_path):
         assert checkpoints.latest_step() == stopped_at
         progress = checkpoints.progress()
         saved, _ = checkpoints.restore_part(jax.eval_shape(lambda: stopped.state.params), ("agent", "params"))
-    assert progress.env_steps == stopped_at * 64
+    assert progress.env_steps == stopped.env_steps == stopped_at * 64
     for x, y in zip(jax.tree.leaves(saved), jax.tree.leaves(stopped.state.params)):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
     resumed = train_lib.resume(str(run_dir))
     assert not resumed.stopped
     assert int(resumed.state.update_count) == 12  # counted on from the checkpoint, not from 0
+    assert resumed.env_steps == 12 * 64
     steps = [row["env_steps"] for row in read_rows(run_dir)]
     assert steps == sorted(set(steps)) and steps[-1] == 12 * 64  # no row twice, none after the end
     assert read_rows(run_dir)[-1]["wall_s"] > progress.wall_s
