@@ -49,9 +49,13 @@ def dqn_breakout_sebulba() -> Config:
     (8000 env steps), epsilon 1 -> 0.01 over 1M env steps, 3-step Double DQN targets.
 
     Replay holds 100k transitions per learner device, not Mnih et al.'s 1M: a transition
-    keeps its observation and its bootstrap observation, two 4x84x84 uint8 stacks (56 KiB),
+    keeps its observation and its bootstrap observation, two 84x84x4 uint8 stacks (55 KiB),
     so 100k take 5.3 GiB per learner device (16 GiB over the 3 learners of a 4-device
     layout) and fit a 24 GiB host beside everything else.
+
+    6 envs x 16 steps per update: 24 gradient steps on one learner device, 8 on each of 3.
+    `unroll_sgd` because XLA:CPU runs convolution gradients in a loop ~20x slower than
+    unrolled (a 2-3 minute compile instead); on a GPU, `--agent.unroll-sgd false`.
     """
     return Config(
         env=EnvConfig("Breakout-v5", episodic_life=True, reward_clip=True, repeat_action_probability=0.0,
@@ -60,9 +64,9 @@ def dqn_breakout_sebulba() -> Config:
             learning_rate=1e-4, adam_eps=1.5e-4, max_grad_norm=10.0, loss="huber", gamma=0.99, n_step=3,
             double_q=True, buffer_size=100_000, batch_size=32, replay_ratio=8.0, learning_starts=80_000,
             target_update_period=2_000, epsilon_start=1.0, epsilon_end=0.01, epsilon_decay_steps=1_000_000,
-            torso="nature_cnn",
+            torso="nature_cnn", unroll_sgd=True,
         ),
-        arch=SebulbaConfig(num_envs=12, rollout_length=32, max_policy_lag=1, updates_per_log=10),
+        arch=SebulbaConfig(num_envs=6, rollout_length=16, max_policy_lag=1, updates_per_log=25),
         total_env_steps=10_000_000,
     )
 

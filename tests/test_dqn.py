@@ -173,14 +173,12 @@ def test_dqn_learns_catch_on_four_devices():
     assert max(returns[-3:]) > 0.8, returns
 
 
-@pytest.mark.timeout(60)
-def test_replay_ratio_credit_carries_fractions_and_is_logged():
-    """Ratio 0.3 on 20 transitions per update with batches of 16 earns 0.375 steps per
-    update once learning starts (at 40 env steps, the second update): whole steps are taken
-    as the credit crosses each integer, and the achieved ratio comes from the counters."""
-    config = DQNConfig(buffer_size=256, batch_size=16, replay_ratio=0.3, learning_starts=40, hidden_sizes=(8,))
+def run_credit_updates(unroll_sgd: bool):
+    """17 updates of 4 x 5 transitions at ratio 0.3, batches of 16: `(state, steps taken
+    after each, achieved ratio logged by each)`."""
+    config = DQNConfig(buffer_size=256, batch_size=16, replay_ratio=0.3, learning_starts=40, hidden_sizes=(8,),
+                       unroll_sgd=unroll_sgd)
     agent = dqn.make_dqn(config, OBS_SPEC, ACTION_SPEC, num_updates=17, axis_name=None)
-    assert config.steps_per_update(20) == 0.375 and config.max_steps_per_update(20) == 1
     update = jax.jit(agent.update)
     state = jax.jit(agent.init)(jax.random.key(0))
     traj = numbered_trajectory(4, 5)
@@ -190,10 +188,25 @@ def test_replay_ratio_credit_carries_fractions_and_is_logged():
         taken.append(int(state.opt_state.gradient_steps))
         achieved.append(float(metrics["replay_ratio_achieved"]))
         assert float(metrics["replay_ratio"]) == pytest.approx(0.3)
+    return state, taken, achieved
+
+
+@pytest.mark.timeout(60)
+def test_replay_ratio_credit_carries_fractions_and_is_logged():
+    """Ratio 0.3 on 20 transitions per update with batches of 16 earns 0.375 steps per
+    update once learning starts (at 40 env steps, the second update): whole steps are taken
+    as the credit crosses each integer, and the achieved ratio comes from the counters.
+    Unrolled steps (`unroll_sgd`) give the same result as the loop."""
+    assert DQNConfig(batch_size=16, replay_ratio=0.3).steps_per_update(20) == 0.375
+    assert DQNConfig(batch_size=16, replay_ratio=0.3).max_steps_per_update(20) == 1
+    state, taken, achieved = run_credit_updates(unroll_sgd=False)
     assert taken == [int(0.375 * k) for k in range(17)]  # 0 before learning, then floor(0.375 k)
     assert float(state.opt_state.replay_credit) == pytest.approx(0.0)  # 16 x 0.375 = 6 steps exactly
     assert int(state.opt_state.learning_env_steps) == 16 * 20
     assert achieved[0] == 0.0 and achieved[-1] == pytest.approx(0.3)
     assert abs(achieved[-1] - 0.3) / 0.3 < 0.1
+    unrolled, unrolled_taken, _ = run_credit_updates(unroll_sgd=True)
+    assert unrolled_taken == taken
+    tree_allclose(unrolled, state, rtol=1e-5, atol=1e-6)
     with pytest.raises(ConfigError, match="agent.replay_ratio"):
         DQNConfig(replay_ratio=0.0)

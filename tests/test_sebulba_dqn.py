@@ -60,12 +60,12 @@ def test_learner_update_matches_anakin():
     state = jax.device_get(anakin_runner.initial_state(config, a))
     replay = make_replay(agent_config.buffer_size, agent_config.batch_size, prioritized=True)
     add = jax.jit(replay.add)
-    buffers = [jax.device_get(add(jax.tree.map(lambda x: x[0, d], state.agent.local), random_transitions(d, 24 + 8 * d)))
+    buffers = [add(jax.tree.map(lambda x: x[0, d], state.agent.local), random_transitions(d, 24 + 8 * d))
                for d in range(2)]
     # 16 transitions per device earn 2.5 steps; with 0.5 carried, this update takes 3 (the cap).
     learner = state.agent.opt_state._replace(replay_credit=np.full((1,), 0.5, np.float32))
     state = state._replace(agent=state.agent.replace(
-        opt_state=learner, local=jax.tree.map(lambda *xs: np.stack(xs)[None], *buffers)))
+        opt_state=learner, local=jax.tree.map(lambda *xs: np.stack(xs)[None], *jax.device_get(buffers))))
     agent_state = jax.tree.map(lambda x: x[0], state.agent)
 
     trajectories, update_keys = [], []

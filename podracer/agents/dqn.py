@@ -19,11 +19,11 @@ gradient steps on batches sampled from that buffer, gradients averaged over `axi
 `key` should differ between devices so that each samples its own batch.
 
 How many steps: each update earns `config.steps_per_update(T * B)` steps of credit
-(`gradient_steps`, or `replay_ratio * T * B / batch_size`); it takes the whole steps, at most
-`config.max_steps_per_update(T * B)` (static), in a loop with a traced trip count, and the
-fraction left rides in `DQNLearnerState.replay_credit` to the next update. The metrics
-`replay_ratio` (configured) and `replay_ratio_achieved` (samples learned / env steps received
-since learning started, from the counters in the state) show the two side by side.
+(`gradient_steps`, or `replay_ratio * T * B / batch_size`); it takes the whole steps, at
+most `config.max_steps_per_update(T * B)` (static), in a loop with a traced trip count (or
+unrolled, `unroll_sgd`), and the fraction left rides in `DQNLearnerState.replay_credit`.
+The metrics `replay_ratio` (configured) and `replay_ratio_achieved` (samples learned / env
+steps received since learning started, from the counters in the state) show both.
 """
 
 from __future__ import annotations
@@ -208,7 +208,20 @@ def make_dqn(
 
         shapes = jax.eval_shape(one_step, online, learner, local, keys[0])[-1]
         sums = varying(jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes))
-        online, learner, local, sums = jax.lax.fori_loop(0, num_steps, body, (online, learner, local, sums))
+        carry = (online, learner, local, sums)
+        if config.unroll_sgd:
+            # XLA:CPU runs convolution gradients inside a loop body (or a cond branch) many
+            # times slower than outside one: unroll `max_steps` steps and keep the results of
+            # the first `num_steps`: at most one step is computed in vain once learning has
+            # started (none when the credit per update is whole), but all of them before.
+            # Leaves that a step does not change (a uniform buffer's items) pass through.
+            for i in range(max_steps):
+                new = body(i, carry)
+                take = i < num_steps
+                carry = jax.tree.map(lambda n, o: o if n is o else jnp.where(take, n, o), new, carry)
+        else:
+            carry = jax.lax.fori_loop(0, num_steps, body, carry)
+        online, learner, local, sums = carry
         means = jax.tree.map(lambda x: x / jnp.maximum(num_steps, 1).astype(x.dtype), sums)
         return online, learner, local, parallel.pmean(means, axis_name)
 

@@ -46,6 +46,7 @@ class DQNConfig:
     priority_exponent: float = 0.6  # alpha
     importance_exponent: float = 0.4  # beta at the start, annealed linearly to 1 over the run
     priority_eps: float = 1e-6  # added to |TD error| so no transition gets priority 0
+    unroll_sgd: bool = False  # unroll the gradient steps of an update (faster CNN updates on CPU, longer compile)
     torso: Literal["mlp", "nature_cnn", "impala_cnn"] = "mlp"
     hidden_sizes: tuple[int, ...] = (120, 84)
     activation: Literal["tanh", "relu", "gelu"] = "relu"
