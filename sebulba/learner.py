@@ -36,10 +36,23 @@ def trajectory_sharding(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, P(None, AXIS))
 
 
+def state_specs(state: AgentState) -> AgentState:
+    """Partition specs of a learner state (or any tree of the same structure) on the learner
+    mesh: `params`, `opt_state` and `update_count` replicated (`P()`); `local`, the agent's
+    per-device state such as a replay buffer, `[D, ...]` with one slice per learner device
+    (`P(AXIS)`), never averaged."""
+    return jax.tree.map(lambda _: P(), state.replace(local=None)).replace(
+        local=jax.tree.map(lambda _: P(AXIS), state.local))
+
+
 def make_update_step(agent: Agent, mesh: Mesh) -> UpdateStep:
     """`(state, trajectories, keys [D]) -> (state, metrics)`, jitted.
 
-    state:        replicated over `mesh`.
+    state:        placed with `state_specs`: replicated over `mesh` but for `local`,
+                  `[D, ...]` sharded over it; each device sees its own slice without the
+                  device axis. `state.local` is donated (a replay buffer is updated in
+                  place, not copied), so the caller must not use the old one again; the
+                  replicated part is not, and survives an update that fails.
     trajectories: a tuple of `[T, B_k, ...]` trajectories sharded with
                   `trajectory_sharding(mesh)`; each device joins its shards along the
                   batch axis (no communication) and runs `agent.update` on them.
@@ -48,15 +61,25 @@ def make_update_step(agent: Agent, mesh: Mesh) -> UpdateStep:
 
     def per_device(state: AgentState, trajectories: tuple[Trajectory, ...], keys: PRNGKey):
         trajectory = jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=1), *trajectories)
-        return agent.update(state, trajectory, keys[0])
+        # Per-device state is seen without its device axis: `[1, ...] -> [...]` and back.
+        state = state.replace(local=jax.tree.map(lambda x: x[0], state.local))
+        state, metrics = agent.update(state, trajectory, keys[0])
+        return state.replace(local=jax.tree.map(lambda x: x[None], state.local)), metrics
 
-    def update_step(state: AgentState, trajectories: tuple[Trajectory, ...], keys: PRNGKey):
+    def update_step(replicated: AgentState, local: Any, trajectories: tuple[Trajectory, ...], keys: PRNGKey):
+        state = replicated.replace(local=local)
+        specs = state_specs(state)
         sharded = jax.shard_map(
-            per_device, mesh=mesh, in_specs=(P(), P(None, AXIS), P(AXIS)), out_specs=(P(), P())
+            per_device, mesh=mesh, in_specs=(specs, P(None, AXIS), P(AXIS)), out_specs=(specs, P())
         )
         return sharded(state, trajectories, keys)
 
-    return jax.jit(update_step)
+    compiled = jax.jit(update_step, donate_argnums=1)
+
+    def step(state: AgentState, trajectories: tuple[Trajectory, ...], keys: PRNGKey):
+        return compiled(state.replace(local=None), state.local, trajectories, keys)
+
+    return step
 
 
 def device_keys(key: PRNGKey, mesh: Mesh) -> PRNGKey:
@@ -84,9 +107,9 @@ def all_finite(tree: Any) -> jax.Array:
 
 
 class LearnerState(NamedTuple):
-    """What a Sebulba checkpoint holds on the devices: the agent state and the learner's
-    key, both replicated over the learner mesh (environments live in the host's
-    EnvPool and restart on resume)."""
+    """What a Sebulba checkpoint holds on the devices: the agent state (placed with
+    `state_specs`) and the learner's key (replicated). Environments live in the host's
+    EnvPool and restart on resume."""
 
     agent: AgentState
     key: PRNGKey

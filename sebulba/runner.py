@@ -11,7 +11,8 @@ import queue
 from typing import Any, Callable, NamedTuple, Protocol
 
 import jax
-from jax.sharding import Mesh
+import jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding
 
 from podracer import parallel
 from podracer.agents import make_agent
@@ -23,7 +24,7 @@ from podracer.types import Agent, AgentState, DiscreteSpec, ObsSpec
 from sebulba.actor import Actor, make_policy_step
 from sebulba.config import SebulbaConfig
 from sebulba.layout import Layout, make_layout
-from sebulba.learner import AXIS, Learner, LearnerState, make_update_step, trajectory_sharding
+from sebulba.learner import AXIS, Learner, LearnerState, make_update_step, state_specs, trajectory_sharding
 from sebulba.metrics import MetricsReporter
 from sebulba.params import ParamSource
 from sebulba.threads import ThreadGroup
@@ -53,7 +54,7 @@ class Checkpoints(Protocol):
 
 class TrainResult(NamedTuple):
     metrics: list[dict[str, Any]]  # one row per `arch.updates_per_log` updates
-    state: AgentState  # final learner state, replicated over the learner devices
+    state: AgentState  # final learner state, placed with `learner.state_specs`
     agent: Agent
     run_dir: str | None = None  # set by `experiments.train`
     stopped: bool = False  # True when `should_stop` ended the run early
@@ -72,16 +73,25 @@ def setup(config: Config) -> Setup:
     except ValueError as error:
         raise ConfigError(f"env.id: {error}") from None
     agent = make_agent(config.agent, obs_spec, action_spec, num_updates=layout.num_updates, axis_name=AXIS)
-    if jax.eval_shape(agent.init, jax.random.key(0)).local is not None:
-        raise ConfigError(f"agent: {type(config.agent).__name__} keeps per-device state (a replay buffer), "
-                          "which the Sebulba learner does not support yet; use an Anakin preset")
     return Setup(layout, obs_spec, action_spec, agent, parallel.make_mesh(layout.learner_devices, AXIS))
 
 
 def initial_state(config: Config, s: Setup) -> AgentState:
-    """The agent's initial state, replicated over the learner devices."""
-    state = jax.jit(s.agent.init)(jax.random.fold_in(jax.random.key(config.seed), 0))
-    return parallel.replicate(state, s.mesh)
+    """The agent's initial state placed with `learner.state_specs`: replicated over the
+    learner devices, but for per-device state (`local`, e.g. a replay buffer), which gets a
+    leading device axis `[D, ...]`, every device starting from the same (empty) one.
+
+    Built by one compiled program whose outputs land on their devices directly: no host
+    copy of a large buffer, and each process of a multi-process run makes its own shards."""
+    num_devices = s.mesh.devices.size
+
+    def init() -> AgentState:
+        state = s.agent.init(jax.random.fold_in(jax.random.key(config.seed), 0))
+        return state.replace(local=jax.tree.map(lambda x: jnp.broadcast_to(x, (num_devices,) + x.shape), state.local))
+
+    shapes = jax.eval_shape(init)
+    shardings = jax.tree.map(lambda _, spec: NamedSharding(s.mesh, spec), shapes, state_specs(shapes))
+    return jax.jit(init, out_shardings=shardings)()
 
 
 def initial_learner_state(config: Config, s: Setup) -> LearnerState:

@@ -39,6 +39,11 @@ def test_registered():
     agent = make_agent(DQNConfig(), OBS_SPEC, ACTION_SPEC, num_updates=1, axis_name=None)
     assert set(agent._fields) == {"init", "act", "update", "greedy_act"}
     assert isinstance(DQN_PRESETS["dqn-cartpole-anakin"]().agent, DQNConfig)
+    # The greedy policy (evaluation) is the argmax of the online Q-network.
+    state = agent.init(jax.random.key(0))
+    obs = jnp.asarray(np.random.default_rng(0).normal(size=(5,) + OBS_SPEC.shape), jnp.float32)
+    q = dqn.make_q_network(DQNConfig(), OBS_SPEC, ACTION_SPEC).apply(state.params.online, obs)
+    np.testing.assert_array_equal(agent.greedy_act(state.params, obs), jnp.argmax(q, axis=-1))
 
 
 def random_items(seed: int, M: int) -> ReplaySample:
@@ -62,7 +67,8 @@ def test_gradient_step_on_four_devices_equals_global_batch_on_one(loss):
     optimizer = dqn.make_optimizer(config)
     online = network.init(jax.random.key(0), jnp.zeros((1, 4)))
     target = network.init(jax.random.key(1), jnp.zeros((1, 4)))
-    learner = dqn.DQNLearnerState(optimizer.init(online), target, jnp.zeros((), jnp.int32))
+    learner = dqn.DQNLearnerState(optimizer.init(online), target, jnp.zeros((), jnp.int32), jnp.zeros(()),
+                                   jnp.zeros((), jnp.int32))
     sample = random_items(0, 32)
 
     one = jax.jit(dqn.make_learn_on_batch(config, network, optimizer, None))
@@ -170,3 +176,42 @@ def test_dqn_learns_catch_on_four_devices():
     rows = anakin.train(config).metrics
     returns = [r["episode_return"] for r in rows]
     assert max(returns[-3:]) > 0.8, returns
+
+
+def run_credit_updates(unroll_sgd: bool):
+    """17 updates of 4 x 5 transitions at ratio 0.3, batches of 16: `(state, steps taken
+    after each, achieved ratio logged by each)`."""
+    config = DQNConfig(buffer_size=256, batch_size=16, replay_ratio=0.3, learning_starts=40, hidden_sizes=(8,),
+                       unroll_sgd=unroll_sgd)
+    agent = dqn.make_dqn(config, OBS_SPEC, ACTION_SPEC, num_updates=17, axis_name=None)
+    update = jax.jit(agent.update)
+    state = jax.jit(agent.init)(jax.random.key(0))
+    traj = numbered_trajectory(4, 5)
+    taken, achieved = [], []
+    for k in range(17):
+        state, metrics = update(state, traj, jax.random.key(k))
+        taken.append(int(state.opt_state.gradient_steps))
+        achieved.append(float(metrics["replay_ratio_achieved"]))
+        assert float(metrics["replay_ratio"]) == pytest.approx(0.3)
+    return state, taken, achieved
+
+
+@pytest.mark.timeout(60)
+def test_replay_ratio_credit_carries_fractions_and_is_logged():
+    """Ratio 0.3 on 20 transitions per update with batches of 16 earns 0.375 steps per
+    update once learning starts (at 40 env steps, the second update): whole steps are taken
+    as the credit crosses each integer, and the achieved ratio comes from the counters.
+    Unrolled steps (`unroll_sgd`) give the same result as the loop."""
+    assert DQNConfig(batch_size=16, replay_ratio=0.3).steps_per_update(20) == 0.375
+    assert DQNConfig(batch_size=16, replay_ratio=0.3).max_steps_per_update(20) == 1
+    state, taken, achieved = run_credit_updates(unroll_sgd=False)
+    assert taken == [int(0.375 * k) for k in range(17)]  # 0 before learning, then floor(0.375 k)
+    assert float(state.opt_state.replay_credit) == pytest.approx(0.0)  # 16 x 0.375 = 6 steps exactly
+    assert int(state.opt_state.learning_env_steps) == 16 * 20
+    assert achieved[0] == 0.0 and achieved[-1] == pytest.approx(0.3)
+    assert abs(achieved[-1] - 0.3) / 0.3 < 0.1
+    unrolled, unrolled_taken, _ = run_credit_updates(unroll_sgd=True)
+    assert unrolled_taken == taken
+    tree_allclose(unrolled, state, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ConfigError, match="agent.replay_ratio"):
+        DQNConfig(replay_ratio=0.0)

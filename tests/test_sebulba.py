@@ -150,17 +150,3 @@ def test_ppo_cartpole_sebulba_learns_on_four_devices():
     assert all(r["policy_lag_max"] == 0 for r in rows)
     assert max(returns) >= 475, returns
 
-
-def test_agents_with_per_device_state_are_rejected_before_compiling():
-    """DQN's replay buffer is per-device state, which the Sebulba learner would wrongly
-    treat as replicated: a clear error instead."""
-    import dataclasses
-
-    from experiments.presets import PRESETS
-    from podracer.config import ConfigError
-    from sebulba import runner
-    from sebulba.config import SebulbaConfig
-
-    config = dataclasses.replace(PRESETS["dqn-cartpole-anakin"](), arch=SebulbaConfig(num_envs=12, rollout_length=10))
-    with pytest.raises(ConfigError, match="per-device state"):
-        runner.setup(config)

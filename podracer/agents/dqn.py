@@ -15,12 +15,20 @@ Where its state lives (the `AgentState` contract):
 
 `update(state, traj, key)` turns the `[T, B]` trajectory into n-step transitions, adds them
 to the device's buffer, and, once `learning_starts` env steps have been collected, takes
-`gradient_steps` gradient steps on batches sampled from that buffer, gradients averaged over
-`axis_name`. `key` should differ between devices so that each samples its own batch.
+gradient steps on batches sampled from that buffer, gradients averaged over `axis_name`.
+`key` should differ between devices so that each samples its own batch.
+
+How many steps: each update earns `config.steps_per_update(T * B)` steps of credit
+(`gradient_steps`, or `replay_ratio * T * B / batch_size`); it takes the whole steps, at
+most `config.max_steps_per_update(T * B)` (static), in a loop with a traced trip count (or
+unrolled, `unroll_sgd`), and the fraction left rides in `DQNLearnerState.replay_credit`.
+The metrics `replay_ratio` (configured) and `replay_ratio_achieved` (samples learned / env
+steps received since learning started, from the counters in the state) show both.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, NamedTuple
 
 import flax.linen as nn
@@ -31,7 +39,7 @@ import optax
 from podracer import networks, ops, parallel
 from podracer.agents import common
 from podracer.agents.dqn_config import DQNConfig
-from podracer.replay import Replay, ReplaySample, Transition, make_replay
+from podracer.replay import ReplaySample, Transition, make_replay
 from podracer.types import Agent, AgentState, Array, DiscreteSpec, ObsSpec, Params, PRNGKey, Trajectory
 
 __all__ = ["DQNConfig", "DQNLearnerState", "DQNParams", "make_dqn", "make_learn_on_batch", "to_transitions"]
@@ -49,7 +57,9 @@ class DQNLearnerState(NamedTuple):
 
     optimizer: Any
     target: Params
-    gradient_steps: Array  # int32 scalar
+    gradient_steps: Array  # int32 scalar: gradient steps taken (each on `batch_size` items per device)
+    replay_credit: Array  # float32 scalar: the fraction of a gradient step earned but not yet taken
+    learning_env_steps: Array  # int32 scalar: env steps (all devices) received since learning started
 
 
 def make_q_network(config: DQNConfig, obs_spec: ObsSpec, action_spec: DiscreteSpec) -> nn.Module:
@@ -112,7 +122,7 @@ def make_learn_on_batch(
                               optax.incremental_update(online, learner.target, config.target_update_tau),
                               learner.target)
         metrics["grad_norm"] = optax.tree.norm(grads)
-        return online, DQNLearnerState(opt_state, target, steps), metrics, td
+        return online, learner._replace(optimizer=opt_state, target=target, gradient_steps=steps), metrics, td
 
     return learn_on_batch
 
@@ -136,54 +146,95 @@ def make_dqn(
     replay = make_replay(config.buffer_size, config.batch_size, config.prioritized, config.priority_exponent)
     learn_on_batch = make_learn_on_batch(config, network, optimizer, axis_name)
     epsilon = epsilon_schedule(config)
-    beta = optax.linear_schedule(config.importance_exponent, 1.0, max(1, num_updates * config.gradient_steps))
 
     def init(key: PRNGKey) -> AgentState:
         online = common.init_params(network, key, obs_spec)
-        learner = DQNLearnerState(optimizer.init(online), online, jnp.zeros((), jnp.int32))
-        params = DQNParams(online, jnp.zeros((), jnp.int32))
-        return AgentState(params, learner, jnp.zeros((), jnp.int32), replay.init(_example_item(obs_spec)))
+        zero = jnp.zeros((), jnp.int32)
+        learner = DQNLearnerState(optimizer.init(online), online, zero, jnp.zeros((), jnp.float32), zero)
+        return AgentState(DQNParams(online, zero), learner, zero, replay.init(_example_item(obs_spec)))
 
     def act(params: DQNParams, obs: Array, key: PRNGKey) -> tuple[Array, dict[str, Array]]:
         q = network.apply(params.online, obs)
         return ops.epsilon_greedy(key, q, epsilon(params.env_steps)), {}
 
+    def greedy_act(params: DQNParams, obs: Array) -> Array:
+        """The argmax of the online Q-values (evaluation: no exploration)."""
+        return jnp.argmax(network.apply(params.online, obs), axis=-1)
+
     def update(state: AgentState, traj: Trajectory, key: PRNGKey):
         T, B = traj.reward.shape
         num_devices = 1 if axis_name is None else jax.lax.axis_size(axis_name)
+        per_update = config.steps_per_update(T * B)  # static: shapes are known when tracing
+        max_steps = config.max_steps_per_update(T * B)
         local = replay.add(state.local, to_transitions(traj, config.gamma, config.n_step))
-        env_steps = state.params.env_steps + T * B * num_devices
+        received = T * B * num_devices
+        env_steps = state.params.env_steps + received
         learn = env_steps >= config.learning_starts
-        operands = (state.params.online, state.opt_state, local, key)
-        online, learner, local, metrics = jax.lax.cond(
-            learn, _learn_steps, _skip_learning, *operands
+        learner = state.opt_state
+        credit = learner.replay_credit + jnp.where(learn, jnp.float32(per_update), 0.0)
+        num_steps = jnp.minimum(jnp.floor(credit).astype(jnp.int32), max_steps)
+        learner = learner._replace(
+            replay_credit=credit - num_steps.astype(jnp.float32),
+            learning_env_steps=learner.learning_env_steps + jnp.where(learn, received, 0),
         )
+        # Prioritized replay's importance exponent reaches 1 after the run's expected steps.
+        beta = optax.linear_schedule(config.importance_exponent, 1.0, max(1, math.ceil(num_updates * per_update)))
+        online, learner, local, metrics = learn_steps(
+            state.params.online, learner, local, key, num_steps, max_steps, beta
+        )
+        learned = learner.gradient_steps.astype(jnp.float32) * (config.batch_size * num_devices)
+        seen = learner.learning_env_steps.astype(jnp.float32)
         metrics.update(
             epsilon=epsilon(env_steps), learning=learn.astype(jnp.float32),
+            gradient_steps=num_steps.astype(jnp.float32),
             replay_size=parallel.pmean(replay.size(local).astype(jnp.float32), axis_name),
-            replay_ratio=jnp.float32(config.gradient_steps * config.batch_size / (T * B)),
+            replay_ratio=jnp.float32(per_update * config.batch_size / (T * B)),
+            replay_ratio_achieved=jnp.where(seen > 0, learned / jnp.maximum(seen, 1.0), 0.0),
         )
         return AgentState(DQNParams(online, env_steps), learner, state.update_count + 1, local), metrics
 
-    def _learn_steps(online: Params, learner: DQNLearnerState, local: Any, key: PRNGKey):
-        def step(carry, key):
-            online, learner, local = carry
+    def learn_steps(online: Params, learner: DQNLearnerState, local: Any, key: PRNGKey, num_steps: Array,
+                    max_steps: int, beta: optax.Schedule):
+        """`num_steps` (traced, <= `max_steps`) gradient steps; metrics are their means (0 if none)."""
+        keys = jax.random.split(key, max_steps)
+
+        def one_step(online: Params, learner: DQNLearnerState, local: Any, key: PRNGKey):
             sample = replay.sample(local, key, beta(learner.gradient_steps))
             online, learner, metrics, td = learn_on_batch(online, learner, sample)
             local = replay.set_priorities(local, sample.indices, jnp.abs(td) + config.priority_eps)
             metrics["importance_weight"] = jnp.mean(sample.weights)
-            return (online, learner, local), metrics
+            return online, learner, local, varying(metrics)
 
-        (online, learner, local), metrics = jax.lax.scan(
-            step, (online, learner, local), jax.random.split(key, config.gradient_steps)
-        )
-        return online, learner, local, parallel.pmean(jax.tree.map(jnp.mean, metrics), axis_name)
+        def body(i: Array, carry: tuple) -> tuple:
+            online, learner, local, sums = carry
+            online, learner, local, metrics = one_step(online, learner, local, keys[i])
+            return online, learner, local, jax.tree.map(jnp.add, sums, metrics)
 
-    def _skip_learning(online: Params, learner: DQNLearnerState, local: Any, key: PRNGKey):
-        shapes = jax.eval_shape(_learn_steps, online, learner, local, key)[-1]
-        return online, learner, local, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+        shapes = jax.eval_shape(one_step, online, learner, local, keys[0])[-1]
+        sums = varying(jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes))
+        carry = (online, learner, local, sums)
+        if config.unroll_sgd:
+            # XLA:CPU runs convolution gradients inside a loop body (or a cond branch) many
+            # times slower than outside one: unroll `max_steps` steps and keep the results of
+            # the first `num_steps`: at most one step is computed in vain once learning has
+            # started (none when the credit per update is whole), but all of them before.
+            # Leaves that a step does not change (a uniform buffer's items) pass through.
+            for i in range(max_steps):
+                new = body(i, carry)
+                take = i < num_steps
+                carry = jax.tree.map(lambda n, o: o if n is o else jnp.where(take, n, o), new, carry)
+        else:
+            carry = jax.lax.fori_loop(0, num_steps, body, carry)
+        online, learner, local, sums = carry
+        means = jax.tree.map(lambda x: x / jnp.maximum(num_steps, 1).astype(x.dtype), sums)
+        return online, learner, local, parallel.pmean(means, axis_name)
 
-    return Agent(init=init, act=act, update=update)
+    def varying(tree: Any) -> Any:
+        # The per-step metrics mix device-varying (loss) and invariant (grad_norm) values; a
+        # loop carry needs one type, so all are summed as varying and averaged after.
+        return tree if axis_name is None else parallel.to_varying(tree, axis_name)
+
+    return Agent(init=init, act=act, update=update, greedy_act=greedy_act)
 
 
 def _example_item(obs_spec: ObsSpec) -> Transition:

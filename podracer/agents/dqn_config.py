@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Literal
 
 from podracer.agents import common
@@ -15,9 +16,12 @@ class DQNConfig:
 
     Replay is per learner device: each device holds `buffer_size` transitions and samples
     `batch_size` of them per gradient step, so the global batch is `batch_size * devices`.
-    Each `update` receives `T * B` transitions per device and takes `gradient_steps`
-    gradient steps: the replay ratio (samples learned per env step) is
-    `gradient_steps * batch_size / (T * B_per_device)`.
+    Each `update` receives `T * B` transitions per device. Without `replay_ratio` it takes
+    `gradient_steps` gradient steps, a replay ratio (samples learned per env step) of
+    `gradient_steps * batch_size / (T * B_per_device)`. With `replay_ratio` set, that ratio
+    is the knob and `gradient_steps` is ignored: each update earns
+    `replay_ratio * T * B_per_device / batch_size` gradient steps of credit, takes the
+    whole steps and carries the fraction to the next update (see `steps_per_update`).
     """
 
     learning_rate: float = 2.5e-4
@@ -30,7 +34,8 @@ class DQNConfig:
     huber_delta: float = 1.0
     buffer_size: int = 10_000  # transitions held per device
     batch_size: int = 128  # transitions sampled per device per gradient step
-    gradient_steps: int = 1  # per update (per rollout of T * B transitions)
+    gradient_steps: int = 1  # per update (per rollout of T * B transitions); ignored if replay_ratio is set
+    replay_ratio: float | None = None  # samples learned per env step; None: use gradient_steps
     learning_starts: int = 10_000  # env steps (all devices, one seed) before the first gradient step
     target_update_period: int = 500  # gradient steps between target-network updates
     target_update_tau: float = 1.0  # 1: hard copy (Mnih et al. 2015); < 1: Polyak averaging
@@ -41,6 +46,7 @@ class DQNConfig:
     priority_exponent: float = 0.6  # alpha
     importance_exponent: float = 0.4  # beta at the start, annealed linearly to 1 over the run
     priority_eps: float = 1e-6  # added to |TD error| so no transition gets priority 0
+    unroll_sgd: bool = False  # unroll the gradient steps of an update (faster CNN updates on CPU, longer compile)
     torso: Literal["mlp", "nature_cnn", "impala_cnn"] = "mlp"
     hidden_sizes: tuple[int, ...] = (120, 84)
     activation: Literal["tanh", "relu", "gelu"] = "relu"
@@ -50,6 +56,8 @@ class DQNConfig:
                     "gradient_steps", "n_step", "target_update_period", "epsilon_decay_steps", "priority_eps")
         for name in positive:
             check(getattr(self, name) > 0, f"agent.{name}", "must be > 0", getattr(self, name))
+        check(self.replay_ratio is None or self.replay_ratio > 0, "agent.replay_ratio",
+              "must be > 0 (or None to take agent.gradient_steps per update)", self.replay_ratio)
         check(0 <= self.gamma <= 1, "agent.gamma", "must be in [0, 1]", self.gamma)
         check(self.loss in ("huber", "mse"), "agent.loss", "must be 'huber' or 'mse'", self.loss)
         check(self.batch_size <= self.buffer_size, "agent.batch_size", f"must be <= agent.buffer_size "
@@ -62,6 +70,19 @@ class DQNConfig:
         check(self.torso in common.TORSOS, "agent.torso", f"must be one of {common.TORSOS}", self.torso)
         check(len(self.hidden_sizes) > 0 and min(self.hidden_sizes) > 0,
               "agent.hidden_sizes", "must be positive sizes", self.hidden_sizes)
+
+    def steps_per_update(self, per_device_batch: int) -> float:
+        """Gradient steps one update earns when it brings `per_device_batch` (T * B per
+        device) transitions: `gradient_steps`, or `replay_ratio * per_device_batch / batch_size`."""
+        if self.replay_ratio is None:
+            return float(self.gradient_steps)
+        return self.replay_ratio * per_device_batch / self.batch_size
+
+    def max_steps_per_update(self, per_device_batch: int) -> int:
+        """The static cap on gradient steps in one update: `ceil(steps_per_update)`, the most
+        one update can earn with a carried fraction below 1 (it binds only through float
+        rounding, and then defers the step rather than dropping it)."""
+        return max(1, math.ceil(self.steps_per_update(per_device_batch)))
 
     def check_batch(self, per_device_batch: int) -> None:
         """Each update adds `per_device_batch` transitions to a device's buffer: it must fit."""
