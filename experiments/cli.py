@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import warnings
 from typing import NoReturn
@@ -215,6 +216,9 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         print("podracer: interrupted", file=sys.stderr)
         raise SystemExit(130)
+    except BrokenPipeError:  # the output was piped into a reader that closed early (`| head`)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit flush is quiet
+        raise SystemExit(code)
     if code:
         raise SystemExit(code)
 
