@@ -17,3 +17,20 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 import jax  # noqa: E402
 
 jax.config.update("jax_num_cpu_devices", 4)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist every worker shares the machine's cores with the others, so a
+    test takes up to that many times longer: stretch each test's timeout (a guard against
+    hangs, never a speed check) by the number of workers."""
+    import pytest
+
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers <= 1:
+        return
+    default = float(config.getini("timeout") or 0)
+    for item in items:
+        marker = item.get_closest_marker("timeout")
+        seconds = float(marker.args[0]) if marker is not None and marker.args else default
+        if seconds > 0:
+            item.add_marker(pytest.mark.timeout(seconds * workers), append=False)

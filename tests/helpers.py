@@ -1,5 +1,7 @@
 """Shared test helpers: random trajectories and small configs."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
@@ -7,15 +9,20 @@ from podracer.types import Agent, Trajectory
 
 
 def random_trajectory(agent: Agent, params, key, T: int, B: int, obs_dim: int, num_actions: int) -> Trajectory:
-    """A `[T, B]` trajectory with episode ends of both kinds, extras from `agent.act`."""
+    """A `[T, B]` trajectory with episode ends of both kinds, extras from `agent.act`.
+    Jitted: eagerly, each of its ops would compile on its own."""
+    return _random_trajectory(agent.act, params, key, T, B, obs_dim)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 3, 4, 5))
+def _random_trajectory(act, params, key, T: int, B: int, obs_dim: int) -> Trajectory:
     keys = jax.random.split(key, 6)
     obs = jax.random.normal(keys[0], (T, B, obs_dim))
     next_obs = jax.random.normal(keys[1], (T, B, obs_dim))
-    action, extras = jax.vmap(agent.act, in_axes=(None, 0, 0))(params, obs, jax.random.split(keys[2], T))
+    action, extras = jax.vmap(act, in_axes=(None, 0, 0))(params, obs, jax.random.split(keys[2], T))
     reward = jax.random.normal(keys[3], (T, B))
     terminated = jax.random.bernoulli(keys[4], 0.1, (T, B))
     truncated = jax.random.bernoulli(keys[5], 0.05, (T, B)) & ~terminated
-    del num_actions
     return Trajectory(obs, action, reward, terminated, truncated, next_obs, extras)
 
 

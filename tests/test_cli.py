@@ -72,22 +72,28 @@ def test_list_shows_presets(capsys):
     assert "ppo-cartpole-anakin" in out and "CartPole-v1" in out and "ppo" in out
 
 
+@pytest.mark.xdist_group("tiny-run")
 @pytest.mark.timeout(180)
 def test_train_writes_run_directory(tmp_path):
-    """The real console script, end to end, on a small Catch budget."""
+    """The real console script, end to end, on a small Catch budget: `ppo-catch-anakin`
+    overridden into the lifecycle tests' tiny run on 4 devices, so that its program comes
+    from (or fills) the compilation cache those tests share."""
+    from tests.test_lifecycle_cli import TINY_ARGS
+
     run_dir = tmp_path / "run"
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
     proc = subprocess.run(
-        [sys.executable, "-m", "experiments.cli", "train", "ppo-catch-anakin", "--total-env-steps", "20480",
-         "--run-dir", str(run_dir), "--log.console", "false"],
+        [sys.executable, "-m", "experiments.cli", "train", *map(str, TINY_ARGS), "--log.tensorboard", "true",
+         "--run-dir", str(run_dir)],
         capture_output=True, text=True, env=env, timeout=170,
     )
     assert proc.returncode == 0, proc.stderr
     assert "done:" in proc.stdout
     config = json.loads((run_dir / "config.json").read_text())
-    assert config["env"]["id"] == "Catch" and config["total_env_steps"] == 20480
+    assert config["env"]["id"] == "Catch" and config["total_env_steps"] == 1792
+    assert config["arch"]["num_seeds"] == 2 and config["log"]["tensorboard"] is True
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert rows[-1]["env_steps"] == 20480
+    assert len(rows) == 5 and rows[-1]["env_steps"] == 1792
     for row in rows:
         assert {"env_steps", "sps", "wall_s", "episode_return"} <= set(row)
         assert isinstance(row["env_steps"], int) and row["sps"] > 0

@@ -1,5 +1,7 @@
 """The JAX environment protocol: auto-reset, final observation, termination vs truncation."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -9,6 +11,13 @@ from podracer.envs import Catch, GymnaxEnv, UnknownEnvError, make_jax_env
 
 
 def run(env, actions, key=0):
+    """`(first obs, TimeSteps [T, ...])` of `actions`, in one jitted program (eagerly, every
+    op would compile on its own)."""
+    return _run(env, jnp.asarray(actions), key)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 2))
+def _run(env, actions, key):
     params = env.default_params
     state, obs = env.reset(jax.random.key(key), params)
 
@@ -18,7 +27,7 @@ def run(env, actions, key=0):
         return state, ts
 
     keys = jax.random.split(jax.random.key(key + 1), len(actions))
-    return obs, jax.lax.scan(body, state, (keys, jnp.asarray(actions)))[1]
+    return obs, jax.lax.scan(body, state, (keys, actions))[1]
 
 
 def test_catch_terminates_with_plus_or_minus_one():
@@ -57,14 +66,15 @@ def test_gymnax_adapter_matches_gymnax_dynamics():
     env = GymnaxEnv("CartPole-v1")
     raw, raw_params = gymnax.make("CartPole-v1")
     key = jax.random.key(3)
-    state, obs = env.reset(key, env.default_params)
-    raw_obs, raw_state = raw.reset_env(key, raw_params)
+    step, raw_step = jax.jit(env.step), jax.jit(raw.step_env)
+    state, obs = jax.jit(env.reset)(key, env.default_params)
+    raw_obs, raw_state = jax.jit(raw.reset_env)(key, raw_params)
     np.testing.assert_allclose(obs, raw_obs)
     for t in range(5):
         k = jax.random.key(10 + t)
-        state, ts = env.step(k, state, jnp.int32(t % 2), env.default_params)
+        state, ts = step(k, state, jnp.int32(t % 2), env.default_params)
         step_key, _ = jax.random.split(k)
-        raw_obs, raw_state, raw_r, raw_done, _ = raw.step_env(step_key, raw_state, t % 2, raw_params)
+        raw_obs, raw_state, raw_r, raw_done, _ = raw_step(step_key, raw_state, jnp.int32(t % 2), raw_params)
         np.testing.assert_allclose(ts.obs, raw_obs, rtol=1e-6)
         assert float(ts.reward) == float(raw_r)
 
@@ -81,10 +91,11 @@ def test_registry_builds_and_steps(env_id):
     env = make_jax_env(env_id)
     params = env.default_params
     spec = env.observation_spec(params)
-    state, obs = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(jax.random.key(0), 2), params)
+    state, obs = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))(jax.random.split(jax.random.key(0), 2), params)
     assert obs.shape == (2,) + spec.shape
     actions = jnp.zeros(2, jnp.int32)
-    _, ts = jax.vmap(env.step, in_axes=(0, 0, 0, None))(jax.random.split(jax.random.key(1), 2), state, actions, params)
+    _, ts = jax.jit(jax.vmap(env.step, in_axes=(0, 0, 0, None)))(
+        jax.random.split(jax.random.key(1), 2), state, actions, params)
     assert ts.obs.shape == obs.shape and ts.reward.shape == (2,)
     assert env.action_spec(params).num_actions >= 2
 

@@ -47,6 +47,7 @@ class StopAfter:
         return self.calls < 0
 
 
+@pytest.mark.xdist_group("tiny-run")
 @pytest.mark.timeout(240)
 def test_stop_and_resume_on_4_devices_is_exact(tmp_path):
     """Stopped after 2 host calls and resumed (twice: once more mid-way), the run ends with

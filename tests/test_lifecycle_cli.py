@@ -63,6 +63,7 @@ TINY_ARGS = ["ppo-catch-anakin", "--agent.learning-rate", 2.5e-4, "--agent.num-m
              "--total-env-steps", TINY.total_env_steps, "--log.console", "false", "--log.tensorboard", "false"]
 
 
+@pytest.mark.xdist_group("tiny-run")
 @pytest.mark.timeout(240)
 def test_sigterm_then_resume_equals_the_uninterrupted_run(tmp_path):
     """`podracer train` gets SIGTERM part-way, checkpoints and exits 143; `--resume` ends
@@ -100,6 +101,7 @@ def trained_run(tmp_path_factory):
     return run_dir
 
 
+@pytest.mark.xdist_group("tiny-run")
 @pytest.mark.timeout(120)
 def test_evaluate_json_is_reproducible_and_counts_episodes(trained_run, capsys, tmp_path):
     main(["evaluate", str(trained_run), "--episodes", "7", "--seed", "5", "--json"])
@@ -117,6 +119,7 @@ def test_evaluate_json_is_reproducible_and_counts_episodes(trained_run, capsys, 
     assert gif.n_frames == 10 and gif.size == (5 * 24, 10 * 24)  # reset + 9 steps of a 10-row board
 
 
+@pytest.mark.xdist_group("tiny-run")
 def test_evaluate_user_errors(trained_run, tmp_path, capsys):
     assert_one_line_error(*run_main(capsys, "evaluate", trained_run, "--agent-seed", 2), "--agent-seed must be in [0, 2)")
     assert_one_line_error(*run_main(capsys, "evaluate", tmp_path / "nothing"), "is not a run directory")
@@ -129,6 +132,7 @@ def test_evaluate_user_errors(trained_run, tmp_path, capsys):
     assert_one_line_error(*run_main(capsys, "evaluate", acrobot), "no checkpoint")
 
 
+@pytest.mark.xdist_group("tiny-run")
 def test_resume_user_errors(trained_run, tmp_path, capsys):
     assert_one_line_error(*run_main(capsys, "train"), "give a preset to train, or --resume RUN_DIR")
     assert_one_line_error(*run_main(capsys, "train", "--resume", tmp_path / "nope"), "is not a run directory")

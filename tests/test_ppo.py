@@ -27,7 +27,7 @@ def train_probe(env_id, agent=FAST, steps=20_000):
 def values_and_probs(params, obs):
     net = common.make_actor_critic("mlp", FAST.hidden_sizes, FAST.activation, False, ObsSpec((1,), jnp.float32),
                                    DiscreteSpec(2))
-    logits, value = net.apply(params, jnp.asarray(obs, jnp.float32))
+    logits, value = jax.jit(net.apply)(params, jnp.asarray(obs, jnp.float32))
     return np.asarray(value), np.asarray(jax.nn.softmax(logits))
 
 

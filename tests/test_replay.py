@@ -5,7 +5,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from podracer.replay import importance_weights, make_replay
+from podracer import replay as replay_lib
+from podracer.replay import importance_weights
+
+
+def make_replay(*args, **kwargs) -> replay_lib.Replay:
+    """`podracer.replay.make_replay` with every function jitted: run eagerly, a buffer's
+    many small ops would each compile on their own (seconds per test on 2 cores)."""
+    return replay_lib.Replay(*(jax.jit(fn) for fn in replay_lib.make_replay(*args, **kwargs)))
 
 
 def items(values):
@@ -17,9 +24,14 @@ def items(values):
 EXAMPLE = {"id": jnp.zeros(()), "obs": jnp.zeros((2,))}
 
 
-def many_samples(replay, state, n=16):
+def many_samples(replay, state, n=16, key=jax.random.key(0), beta=0.4):
     """`n` batches drawn with different keys, concatenated (a batch is at most the capacity)."""
-    samples = jax.vmap(replay.sample, in_axes=(None, 0, None))(state, jax.random.split(jax.random.key(0), n), 0.4)
+    return _many_samples(replay, state, key, n, beta)
+
+
+@jax.jit(static_argnums=(0, 3))
+def _many_samples(replay, state, key, n, beta):
+    samples = jax.vmap(replay.sample, in_axes=(None, 0, None))(state, jax.random.split(key, n), beta)
     return jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), samples)
 
 
@@ -52,8 +64,7 @@ def test_prioritized_sampling_follows_priorities():
     ids = [10, 20, 30, 40]  # held at buffer indices 0..3
     # Priorities 1 : 3 : 0 : 0 (alpha = 1).
     state = replay.set_priorities(state, jnp.arange(4), jnp.array([1.0, 3.0, 0.0, 0.0]))
-    sample = jax.vmap(replay.sample, in_axes=(None, 0, None))(state, jax.random.split(jax.random.key(1), 128), 1.0)
-    sample = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), sample)
+    sample = many_samples(replay, state, n=128, key=jax.random.key(1), beta=1.0)
     drawn = np.asarray(sample.items["id"])
     assert set(drawn.tolist()) <= {ids[0], ids[1]}
     assert 0.68 < np.mean(drawn == ids[1]) < 0.82
@@ -73,7 +84,8 @@ def test_per_seed_buffers_under_vmap():
     """Buffers stacked over seeds (Anakin's seed axis) add and sample independently."""
     replay = make_replay(capacity=8, batch_size=8, prioritized=True)
     state = jax.tree.map(lambda x: jnp.stack([x, x]), replay.init(EXAMPLE))
-    state = jax.vmap(replay.add)(state, {"id": jnp.array([[1.0] * 4, [2.0] * 4]), "obs": jnp.zeros((2, 4, 2))})
-    sample = jax.vmap(replay.sample, in_axes=(0, 0, None))(state, jax.random.split(jax.random.key(0), 2), 0.4)
+    state = jax.jit(jax.vmap(replay.add))(state, {"id": jnp.array([[1.0] * 4, [2.0] * 4]), "obs": jnp.zeros((2, 4, 2))})
+    sample = jax.jit(jax.vmap(replay.sample, in_axes=(0, 0, None)))(
+        state, jax.random.split(jax.random.key(0), 2), 0.4)
     np.testing.assert_array_equal(sample.items["id"][0], 1.0)
     np.testing.assert_array_equal(sample.items["id"][1], 2.0)
