@@ -31,11 +31,11 @@ def test_two_processes_of_two_devices_equal_one_process_of_four(tmp_path):
                          cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for i in range(2)
     ]
-    outputs = [p.communicate(timeout=220)[0] for p in procs]
+    reference = anakin.train(small_config())  # this process: 1 x 4 fake devices, meanwhile
+    assert len(jax.devices()) == 4
+    outputs = [p.communicate(timeout=400)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs
 
-    reference = anakin.train(small_config())  # this process: 1 x 4 fake devices
-    assert len(jax.devices()) == 4
     saved = np.load(out)
     expected = [np.asarray(leaf)[0] for leaf in jax.tree.leaves(reference.state.agent.params)]
     for i, leaf in enumerate(expected):
@@ -55,7 +55,7 @@ def test_sebulba_across_two_processes_stops_together(tmp_path):
                           "sebulba"], cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for i in range(2)
     ]
-    outputs = [p.communicate(timeout=220)[0] for p in procs]
+    outputs = [p.communicate(timeout=400)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs
     first, second = (np.load(run_dir / f"process-{i}.npz") for i in range(2))
     assert bool(first["stopped"]) and bool(second["stopped"])
@@ -72,7 +72,7 @@ def test_sebulba_across_two_processes_stops_together(tmp_path):
 def test_killing_one_process_stops_the_other(tmp_path):
     port = free_port()
     overrides = ["--total-env-steps", "1e8", "--run-dir", str(tmp_path / "run"), "--log.console", "false",
-                 "--distributed.heartbeat-timeout-s", "5"]
+                 "--distributed.heartbeat-timeout-s", "5", "--arch.updates-per-call", "1"]
     env = dict(_env(), XLA_FLAGS="--xla_force_host_platform_device_count=2")
     procs = [
         subprocess.Popen(process_command("ppo-catch-anakin", overrides, port, 2, i), cwd=ROOT, env=env,
@@ -80,7 +80,7 @@ def test_killing_one_process_stops_the_other(tmp_path):
         for i in range(2)
     ]
     metrics = tmp_path / "run" / "metrics.jsonl"
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 240
     while not (metrics.exists() and metrics.read_text().count("\n") >= 1):  # training is under way
         assert time.monotonic() < deadline and procs[0].poll() is None, procs[0].stderr.read()
         time.sleep(0.5)

@@ -153,7 +153,9 @@ def test_anakin_program_equals_calling_update_directly():
     agent_state = agent_state.replace(local=jax.tree.map(lambda x: x[0], agent_state.local))
     envs = jax.tree.map(lambda x: x[0], before.envs)
     _, rollout_key, update_key = jax.random.split(before.key[0, 0], 3)
-    _, traj, _ = rollout(env, env_params, direct.act, agent_state.params, envs, rollout_key, 8)
+    # One compiled program, not one per operation (each costs a compile on CPU).
+    traj = jax.jit(lambda params, envs, key: rollout(env, env_params, direct.act, params, envs, key, 8)[1])(
+        agent_state.params, envs, rollout_key)
     expected, _ = jax.jit(direct.update)(agent_state, traj, update_key)
 
     got = jax.tree.map(lambda x: x[0], jax.device_get(after.agent))

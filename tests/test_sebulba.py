@@ -102,10 +102,11 @@ def test_learner_update_matches_anakin():
     # Anakin's first iteration on device d: split its key into (key, rollout, update) and
     # roll out its half of the environments.
     trajectories, update_keys = [], []
+    roll = jax.jit(lambda params, envs, key: rollout(a.env, a.env_params, a.agent.act, params, envs, key, 8)[1])
     for d in range(2):
         _, rollout_key, update_key = jax.random.split(state.key[0, d], 3)
         envs = jax.tree.map(lambda x: x[0, 2 * d: 2 * d + 2], state.envs)
-        trajectories.append(rollout(a.env, a.env_params, a.agent.act, params.params, envs, rollout_key, 8)[1])
+        trajectories.append(roll(params.params, envs, rollout_key))
         update_keys.append(update_key)
     trajectory = jax.tree.map(lambda *xs: np.concatenate(xs, axis=1), *trajectories)
 
