@@ -26,7 +26,12 @@ def ppo_cartpole_sebulba() -> Config:
 def _atari_ppo(env_id: str) -> Config:
     """CleanRL's `ppo_atari_envpool.py`: 8 envs x 128 steps, 4 minibatches x 4 epochs,
     lr 2.5e-4 annealed, clip 0.1, entropy 0.01, Nature CNN shared by actor and critic,
-    episodic life and reward clipping, 10M env steps."""
+    episodic life and reward clipping, 10M env steps.
+
+    Sebulba's one departure from CleanRL: `max_policy_lag=1` (Cleanba's setting), so the
+    actors collect the next rollout with the previous parameters while the learner updates
+    (acting and learning overlap instead of taking turns). The clipped surrogate's ratio is
+    taken against the behaviour policy's log-probabilities, as Cleanba's PPO does."""
     return Config(
         env=EnvConfig(env_id, episodic_life=True, reward_clip=True, repeat_action_probability=0.0,
                       noop_max=30, frame_skip=4, frame_stack=4),
@@ -35,7 +40,7 @@ def _atari_ppo(env_id: str) -> Config:
             gae_lambda=0.95, clip_eps=0.1, clip_value=True, entropy_coef=0.01, value_coef=0.5,
             max_grad_norm=0.5, torso="nature_cnn", shared_torso=True, unroll_sgd=True,
         ),
-        arch=SebulbaConfig(num_envs=8, rollout_length=128, updates_per_log=1),
+        arch=SebulbaConfig(num_envs=8, rollout_length=128, max_policy_lag=1, updates_per_log=1),
         total_env_steps=10_000_000,
     )
 

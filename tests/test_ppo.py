@@ -62,3 +62,28 @@ def test_bad_hyperparameters_name_the_field():
         PPOConfig(num_minibatches=3).check_batch(128)
     with pytest.raises(ConfigError, match="agent.torso"):
         dataclasses.replace(PPOConfig(), torso="transformer")
+
+
+@pytest.mark.parametrize("truncate", [False, True])
+def test_successor_values_equal_a_forward_pass_over_next_obs(truncate):
+    """GAE's bootstrap values: behaviour values of obs[t + 1] where the episode went on, the
+    network's on the last step and on truncated steps (terminated ones do not bootstrap)."""
+    from podracer.agents.ppo import successor_values
+    from podracer.types import Trajectory
+
+    T, B = 5, 3
+    net = common.make_actor_critic("mlp", (8,), "tanh", False, ObsSpec((2,), jnp.float32), DiscreteSpec(2))
+    params = net.init(jax.random.key(0), jnp.zeros((1, 2)))
+    rng = np.random.default_rng(0)
+    states = rng.standard_normal((T + 1, B, 2)).astype(np.float32)
+    obs, next_obs = states[:-1], states[1:].copy()
+    truncated = np.zeros((T, B), bool)
+    if truncate:  # env 1 hit its time limit at t = 2: next_obs[2] is its final observation, obs[3] a reset
+        truncated[2, 1] = True
+        next_obs[2, 1] = rng.standard_normal(2)
+    _, value = common.apply_time_major(net, params, jnp.asarray(obs))
+    traj = Trajectory(obs, np.zeros((T, B), np.int32), np.zeros((T, B), np.float32), np.zeros((T, B), bool),
+                      truncated, next_obs, {"value": value})
+    _, expected = common.apply_time_major(net, params, jnp.asarray(next_obs))
+    np.testing.assert_allclose(jax.jit(successor_values, static_argnums=0)(net, params, traj), expected,
+                               rtol=1e-5, atol=1e-6)

@@ -152,7 +152,7 @@ def make_ppo(
         as the old policy's log-probabilities and values."""
         if config.advantage == "vtrace":
             return vtrace_advantages_and_targets(network, config, params, traj)
-        _, next_value = network.apply(params, traj.next_obs)
+        next_value = successor_values(network, params, traj)
         discount = config.gamma * (1.0 - traj.terminated.astype(jnp.float32))
         end = traj.terminated | traj.truncated
         gae = jax.vmap(gae_advantages, in_axes=(1, 1, 1, 1, None, 1), out_axes=1)
@@ -160,6 +160,30 @@ def make_ppo(
 
     return Agent(init=init, act=common.make_sampling_act(network), update=update,
                  greedy_act=common.make_greedy_act(network))
+
+
+def successor_values(network, params, traj: Trajectory) -> jax.Array:
+    """`V(next_obs) [T, B]` for GAE without a forward pass over every `next_obs`.
+
+    Where an episode went on, `next_obs[t]` is `obs[t + 1]`, whose value the behaviour
+    policy already computed (`traj.extras["value"][t + 1]`, the value GAE uses for that
+    state anyway); a terminated step does not bootstrap. Only the last step and truncated
+    steps need the network: the last step always (`[B]` observations), the truncated ones
+    in a second pass over all of `next_obs` that runs only when some step before the last
+    was truncated (rare: a time limit).
+    """
+    value = traj.extras["value"]
+    _, last_value = network.apply(params, traj.next_obs[-1])
+    shifted = jnp.concatenate([value[1:], last_value[None]])
+
+    def with_truncations(carry):
+        _, values = carry
+        _, exact = common.apply_time_major(network, params, traj.next_obs)
+        return jnp.zeros_like(carry[0]), jnp.where(traj.truncated, exact, values)
+
+    # A loop that runs its body at most once: `lax.cond` fails under vmap in shard_map.
+    pending = jnp.any(traj.truncated[:-1])
+    return jax.lax.while_loop(lambda carry: carry[0], with_truncations, (pending, shifted))[1]
 
 
 def vtrace_advantages_and_targets(network, config: PPOConfig, params, traj: Trajectory):
