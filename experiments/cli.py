@@ -45,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument("preset", nargs="?", help="preset name (see `podracer list`)")
     train.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
+    train.add_argument("--cpu-devices", type=int, default=None, metavar="N", help=CPU_DEVICES_HELP)
 
     evaluate = commands.add_parser("evaluate", help="the policy of a run's latest checkpoint")
     evaluate.add_argument("run_dir", metavar="RUN_DIR")
@@ -77,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", action="store_true", help="print one JSON line")
     bench.add_argument("--preset", default=None, help="preset to measure (default: ppo-cartpole-<arch>)")
     bench.add_argument("--seconds", type=float, default=10.0, help="sebulba: seconds measured per quantity")
+    bench.add_argument("--cpu-devices", type=int, default=None, metavar="N", help=CPU_DEVICES_HELP)
     return parser
 
 
@@ -187,9 +189,25 @@ def cmd_bench(arch: str, preset: str | None, overrides: list[str], as_json: bool
             print(f"{key:>10s}: {value}")
 
 
+CPU_DEVICES_HELP = ("split the CPU into N JAX devices (e.g. 3 for Sebulba's 1 actor + 2 learners: "
+                    "two learner devices keep two cores busy where one XLA:CPU program does not)")
+
+
+def use_cpu_devices(count: int | None) -> None:
+    """Make the CPU backend N devices; before anything initialises JAX's backends."""
+    if count is None:
+        return
+    if count < 1:
+        _fail(f"--cpu-devices must be >= 1, got {count}")
+    import jax
+
+    jax.config.update("jax_num_cpu_devices", count)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
+    use_cpu_devices(getattr(args, "cpu_devices", None) if args.command in ("train", "bench") else None)
     # EnvPool builds Gymnasium spaces from float64 bounds; Gymnasium warns on every one.
     warnings.filterwarnings("ignore", message=".*precision lowered by casting to float32", category=UserWarning)
     if args.command not in ("train", "bench", "launch-local") and rest:

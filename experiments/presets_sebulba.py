@@ -31,7 +31,10 @@ def _atari_ppo(env_id: str) -> Config:
     Sebulba's one departure from CleanRL: `max_policy_lag=1` (Cleanba's setting), so the
     actors collect the next rollout with the previous parameters while the learner updates
     (acting and learning overlap instead of taking turns). The clipped surrogate's ratio is
-    taken against the behaviour policy's log-probabilities, as Cleanba's PPO does."""
+    taken against the behaviour policy's log-probabilities, as Cleanba's PPO does.
+
+    On a CPU, `podracer train ppo-pong-sebulba --cpu-devices 3` (1 actor + 2 learner
+    devices) keeps two cores busy: ~136 env steps/s on 2 cores against 85 on one device."""
     return Config(
         env=EnvConfig(env_id, episodic_life=True, reward_clip=True, repeat_action_probability=0.0,
                       noop_max=30, frame_skip=4, frame_stack=4),

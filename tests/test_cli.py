@@ -44,6 +44,18 @@ def test_user_errors_exit_2_with_one_line(capsys, argv, message):
     assert "Traceback" not in out.err
 
 
+@pytest.mark.timeout(60)
+def test_cpu_devices_splits_the_cpu_before_jax_starts():
+    """`--cpu-devices N` must take effect in a fresh process (here: 3 devices, so device 5
+    is a config error naming the count), before anything is compiled."""
+    env = dict(os.environ)
+    env.pop("XLA_FLAGS", None)
+    done = subprocess.run([sys.executable, "-m", "experiments.cli", "train", "ppo-cartpole-sebulba", "--cpu-devices", "3",
+                           "--arch.learner-devices", "5"], capture_output=True, text=True, env=env, timeout=55)
+    assert done.returncode == 2
+    assert "arch.learner_devices names device 5 but only 3 exist" in done.stderr, done.stderr
+
+
 def test_unwritable_run_dir_fails_before_compiling(tmp_path, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("")
