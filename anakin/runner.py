@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from anakin.config import AnakinConfig
-from anakin.program import AXIS, CallMetrics, RunnerState, init_state, make_rollout_call, make_train_call
+from anakin.program import AXIS, CallMetrics, RunnerState, init_state, make_train_call
 from podracer import parallel
 from podracer.agents import make_agent
 from podracer.checkpoint import NonFiniteError, Progress, finite_per_seed
