@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, Callable, NamedTuple, Protocol
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -14,7 +14,7 @@ from anakin.config import AnakinConfig
 from anakin.program import AXIS, CallMetrics, RunnerState, init_state, make_train_call
 from podracer import parallel
 from podracer.agents import make_agent
-from podracer.checkpoint import NonFiniteError, Progress, finite_per_seed
+from podracer.checkpoint import Checkpoints, NonFiniteError, Progress, describe_kept, finite_per_seed
 from podracer.config import Config, ConfigError, check
 from podracer.envs import JaxEnv, UnknownEnvError, make_jax_env
 from podracer.types import Agent
@@ -47,16 +47,6 @@ class TrainResult(NamedTuple):
     run_dir: str | None = None  # set by `experiments.train`
     stopped: bool = False  # True when `should_stop` ended the run early
     env_steps: int = 0  # env steps the run has taken (one seed's), over every session (checkpoint saved)
-
-
-class Checkpoints(Protocol):
-    """What the runner needs of a checkpointer (`podracer.checkpoint.Checkpointer`)."""
-
-    def save(self, state: Any, progress: Progress) -> None: ...
-
-    def restore(self, target: Any) -> tuple[Any, Progress]: ...
-
-    def latest_step(self) -> int | None: ...
 
 
 class _Call(NamedTuple):
@@ -212,8 +202,7 @@ def _check_finite(call: _Call, metrics: CallMetrics, finite: np.ndarray, checkpo
     last = call.first_update + call.num_updates - 1
     where = f"update {last}" if call.num_updates == 1 else f"updates {call.first_update}-{last}"
     what = "loss" if np.all(finite) else "parameters"
-    kept = checkpointer.latest_step() if checkpointer is not None else None
-    saved = "no checkpoint was written" if kept is None else f"the last good checkpoint is update {kept}"
+    saved = describe_kept(checkpointer)
     raise NonFiniteError(
         f"non-finite {what} in {where} (seed {', '.join(map(str, bad_seeds))}); run stopped, {saved}"
     )

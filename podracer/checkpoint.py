@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any
+from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -53,6 +53,22 @@ class Progress:
     def from_json(cls, data: dict[str, Any]) -> "Progress":
         names = {field.name for field in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})
+
+
+class Checkpoints(Protocol):
+    """What a runner needs of a checkpointer (`Checkpointer` is one)."""
+
+    def save(self, state: Any, progress: Progress) -> None: ...
+
+    def restore(self, target: Any) -> tuple[Any, Progress]: ...
+
+    def latest_step(self) -> int | None: ...
+
+
+def describe_kept(checkpointer: Checkpoints | None) -> str:
+    """What a run stopped by a non-finite value leaves behind, for its error message."""
+    kept = None if checkpointer is None else checkpointer.latest_step()
+    return "no checkpoint was written" if kept is None else f"the last good checkpoint is update {kept}"
 
 
 def checkpoint_dir(run_dir: str) -> str:

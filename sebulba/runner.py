@@ -8,7 +8,7 @@ here with the name of the thread it came from.
 from __future__ import annotations
 
 import queue
-from typing import Any, Callable, NamedTuple, Protocol
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -16,7 +16,7 @@ from jax.sharding import Mesh, NamedSharding
 
 from podracer import parallel
 from podracer.agents import make_agent
-from podracer.checkpoint import Progress
+from podracer.checkpoint import Checkpoints, Progress, describe_kept
 from podracer.config import Config, ConfigError
 from podracer.envs import UnknownEnvError
 from podracer.envs.host import host_env_specs
@@ -40,16 +40,6 @@ class Setup(NamedTuple):
     action_spec: DiscreteSpec
     agent: Agent
     mesh: Mesh  # the learner devices, axis `AXIS`
-
-
-class Checkpoints(Protocol):
-    """What the runner needs of a checkpointer (`podracer.checkpoint.Checkpointer`)."""
-
-    def save(self, state: Any, progress: Progress) -> None: ...
-
-    def restore(self, target: Any) -> tuple[Any, Progress]: ...
-
-    def latest_step(self) -> int | None: ...
 
 
 class TrainResult(NamedTuple):
@@ -183,15 +173,12 @@ def run(
         checkpointer.save(LearnerState(learner.state, learner.key), Progress(
             update, update * s.layout.steps_per_update, reporter.wall_s(), progress.rows + reporter.rows))
 
-    def describe_kept() -> str:
-        kept = None if checkpointer is None else checkpointer.latest_step()
-        return "no checkpoint was written" if kept is None else f"the last good checkpoint is update {kept}"
-
     learner = Learner(
         update_step=make_update_step(s.agent, s.mesh), state=start.agent, key=start.key, mesh=s.mesh,
         queues=[actor.out for actor in actors], sources=list(sources.values()),
         num_updates=total, report=reporter, first_update=first,
-        stop_requested=stop_requested or (lambda: False), checkpoint=checkpoint, describe_kept=describe_kept,
+        stop_requested=stop_requested or (lambda: False), checkpoint=checkpoint,
+        describe_kept=lambda: describe_kept(checkpointer),
     )
     group = ThreadGroup()
     for actor in actors:

@@ -35,3 +35,27 @@ def tree_allclose(a, b, rtol=1e-5, atol=1e-6) -> None:
 
 def leading_axis(x):
     return jnp.expand_dims(x, 0)
+
+
+def nan_loss_at(make_update_step, call: int, failed_at: list | None = None):
+    """A stand-in for `sebulba.learner.make_update_step` whose `call`-th update reports a
+    NaN loss (appending the time to `failed_at`): for NaN-guard tests."""
+    import time
+
+    import numpy as np
+
+    def poisoned(agent, mesh):
+        update_step, calls = make_update_step(agent, mesh), []
+
+        def step(state, trajectories, keys):
+            state, metrics = update_step(state, trajectories, keys)
+            calls.append(1)
+            if len(calls) == call:
+                if failed_at is not None:
+                    failed_at.append(time.monotonic())
+                metrics = {**metrics, "loss": np.float32(np.nan)}
+            return state, metrics
+
+        return step
+
+    return poisoned

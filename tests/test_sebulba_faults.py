@@ -7,7 +7,6 @@ import _thread
 import threading
 import time
 
-import numpy as np
 import pytest
 
 import sebulba.actor
@@ -17,6 +16,7 @@ from podracer.checkpoint import NonFiniteError
 from podracer.config import Config, EnvConfig
 from podracer.envs.host import make_host_env
 from sebulba import SebulbaConfig, train
+from tests.helpers import nan_loss_at
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -76,22 +76,8 @@ def test_env_that_raises_stops_every_thread(monkeypatch):
 
 
 def test_nan_in_the_learner_stops_every_thread(monkeypatch):
-    make_update_step = sebulba.runner.make_update_step
     failed_at: list[float] = []
-
-    def poisoned(agent, mesh):
-        update_step, calls = make_update_step(agent, mesh), []
-
-        def step(state, trajectories, keys):
-            state, metrics = update_step(state, trajectories, keys)
-            calls.append(1)
-            if len(calls) == 5:
-                failed_at.append(time.monotonic())
-                metrics = {**metrics, "loss": np.float32(np.nan)}
-            return state, metrics
-
-        return step
-
+    poisoned = nan_loss_at(sebulba.runner.make_update_step, 5, failed_at)
     monkeypatch.setattr(sebulba.runner, "make_update_step", poisoned)
     with pytest.raises(NonFiniteError, match="loss.*update 5") as info:
         train(fault_config())

@@ -15,6 +15,7 @@ from podracer.checkpoint import Checkpointer, CheckpointMismatchError, NonFinite
 from podracer.config import CheckpointConfig, Config, ConfigError, EnvConfig, LogConfig
 from sebulba import SebulbaConfig
 from sebulba.learner import make_update_step
+from tests.helpers import nan_loss_at
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -77,19 +78,7 @@ def test_resume_with_another_network_is_a_clear_error(tmp_path):
 
 
 def test_non_finite_loss_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
-    def poisoned(agent, mesh):
-        update_step, calls = make_update_step(agent, mesh), []
-
-        def step(state, trajectories, keys):
-            state, metrics = update_step(state, trajectories, keys)
-            calls.append(1)
-            if len(calls) == 6:
-                metrics = {**metrics, "loss": np.float32(np.nan)}
-            return state, metrics
-
-        return step
-
-    monkeypatch.setattr(sebulba.runner, "make_update_step", poisoned)
+    monkeypatch.setattr(sebulba.runner, "make_update_step", nan_loss_at(make_update_step, 6))
     with Checkpointer(str(tmp_path / "checkpoints")) as checkpoints:
         with pytest.raises(NonFiniteError, match="update 6.*last good checkpoint is update 4"):
             sebulba.runner.train(TINY, checkpointer=checkpoints)
