@@ -31,6 +31,28 @@ class DiscreteSpec(NamedTuple):
     num_actions: int
 
 
+class BoxSpec(NamedTuple):
+    """A bounded continuous action space: float actions of `shape`, each in `[low, high]`
+    (elementwise; `low`/`high` are scalars or arrays broadcastable to `shape`)."""
+
+    shape: tuple[int, ...]
+    low: Any
+    high: Any
+
+
+ActionSpec = DiscreteSpec | BoxSpec
+
+
+class MaskedObs(NamedTuple):
+    """An observation that carries the legal actions of its state (e.g. the prefix-adder
+    environment): `obs [...]` as any observation, `action_mask bool [A]`, True where the
+    action is legal. Batched, each field gains the batch axes (`[B, ...]`, `[T, B, ...]`).
+    Agents that pick actions respect the mask, in acting and in their targets."""
+
+    obs: Array
+    action_mask: Array
+
+
 class TimeStep(NamedTuple):
     """What an environment returns after a step, with auto-reset already applied.
 
