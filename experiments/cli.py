@@ -40,9 +40,11 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("list", help="presets, environments, algorithms")
 
     train = commands.add_parser(
-        "train", help="train a preset, or resume a run", allow_abbrev=False,
+        "train", help="train a preset, or resume a run", allow_abbrev=False, add_help=False,
         description="podracer train PRESET [--section.field VALUE ...] | podracer train --resume RUN_DIR",
     )
+    train.add_argument("-h", "--help", action="store_true",
+                       help="with a preset: every field of its config, with type, value and meaning")
     train.add_argument("preset", nargs="?", help="preset name (see `podracer list`)")
     train.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
     train.add_argument("--cpu-devices", type=int, default=None, metavar="N", help=CPU_DEVICES_HELP)
@@ -95,20 +97,49 @@ def resolve_config(preset: str, overrides: list[str]):
     return apply_overrides(PRESETS[preset](), overrides)
 
 
-def cmd_list() -> None:
+def cmd_list(width: int = 100) -> None:
+    """Presets grouped by algorithm and architecture, with whole descriptions; then the
+    algorithms and environments."""
+    import textwrap
+
     from experiments.presets import PRESETS
     from podracer.agents import ALGORITHMS
     from podracer.envs import jax_env_ids
-
-    print("presets:")
-    for name, make in PRESETS.items():
-        print(f"  {name:28s} {(make.__doc__ or '').strip().splitlines()[0]}")
-    print("algorithms:\n  " + ", ".join(ALGORITHMS))
-    print("environments (Anakin, JAX):\n  " + ", ".join(jax_env_ids()))
     from podracer.envs.envpool_env import envpool_ids
 
+    names = {config_cls: name for name, config_cls in ALGORITHMS.items()}
+    groups: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for preset, make in PRESETS.items():
+        config = make()
+        algorithm = names.get(type(config.agent), type(config.agent).__name__)
+        arch = type(config.arch).__name__.removesuffix("Config")
+        doc = " ".join((make.__doc__ or "").split())
+        groups.setdefault((algorithm, arch), []).append((preset, doc))
+    print("presets:")
+    for (algorithm, arch), presets in sorted(groups.items()):
+        print(f"  {algorithm} / {arch}:")
+        for preset, doc in presets:
+            print(f"    {preset}")
+            if doc:
+                print(textwrap.fill(doc, width, initial_indent=" " * 8, subsequent_indent=" " * 8))
+    print("algorithms:\n  " + ", ".join(ALGORITHMS))
+    print("environments (Anakin, JAX):")
+    print(textwrap.fill(", ".join(jax_env_ids()), width, initial_indent="  ", subsequent_indent="  ",
+                        break_on_hyphens=False))
     print(f"environments (Sebulba, host): every EnvPool id ({len(envpool_ids())}, e.g. CartPole-v1, Pong-v5, "
           "Breakout-v5) and any Gymnasium id")
+
+
+def cmd_train_help(parser: argparse.ArgumentParser, preset: str | None, overrides: list[str]) -> None:
+    """`podracer train [PRESET [overrides]] --help`: the preset's every field (after any
+    overrides given with it), or the command's own usage without a preset."""
+    if preset is None:
+        commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        print(commands.choices["train"].format_help())
+        return
+    from experiments.help import format_help
+
+    print(format_help(preset, resolve_config(preset, overrides)))
 
 
 def cmd_train(preset: str | None, resume_dir: str | None, overrides: list[str]) -> int:
@@ -216,6 +247,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         if args.command == "list":
             cmd_list()
+        elif args.command == "train" and args.help:
+            cmd_train_help(parser, args.preset, rest)
         elif args.command == "train":
             code = cmd_train(args.preset, args.resume, rest)
         elif args.command == "evaluate":

@@ -134,3 +134,27 @@ def _is_integral_float(value: str) -> bool:
 
 def _type_name(annotation: Any) -> str:
     return getattr(annotation, "__name__", str(annotation))
+
+
+def override(config: Any, **changes: Any) -> Any:
+    """`config` with fields replaced from Python: top-level fields by value, sections by a
+    dict of their fields (`override(c, seed=3, agent=dict(learning_rate=1e-3))`).
+
+    The Python twin of `apply_overrides`: unknown fields raise `OverrideError` naming them
+    (with the closest match), and every rebuilt section validates itself again.
+    """
+    updates: dict[str, Any] = {}
+    names = {field.name for field in dataclasses.fields(config)}
+    for name, value in changes.items():
+        if name not in names:
+            close = difflib.get_close_matches(name, sorted(names), n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            raise OverrideError(f"unknown field {name!r} in {type(config).__name__}{hint}")
+        current = getattr(config, name)
+        if dataclasses.is_dataclass(current) and isinstance(value, dict):
+            try:
+                value = override(current, **value)
+            except OverrideError as error:
+                raise OverrideError(f"{name}: {error}") from None
+        updates[name] = value
+    return dataclasses.replace(config, **updates)

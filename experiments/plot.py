@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import NamedTuple, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
@@ -99,11 +99,13 @@ def band(returns: np.ndarray, spread: str) -> tuple[np.ndarray, np.ndarray, np.n
     return mean, mean - sem, mean + sem
 
 
-def plot_runs(
-    run_dirs: Sequence[str], out: str, labels: Sequence[str] | None = None, spread: str = "stderr",
-    smooth: int = 1, title: str | None = None,
-) -> None:
-    """Draw the runs' learning curves into `out` (PNG, PDF or SVG, by its suffix)."""
+def plot_figure(
+    run_dirs: Sequence[str], labels: Sequence[str] | None = None, spread: str = "stderr", smooth: int = 1,
+    title: str | None = None,
+) -> Any:
+    """The runs' learning curves as a matplotlib `Figure` (return against env steps and
+    against wall time; mean over seeds and same-label runs, shaded spread). Made without
+    pyplot, so it changes no global matplotlib state; show it in a notebook or `savefig` it."""
     if labels is not None and len(labels) != len(run_dirs):
         raise ConfigError(f"--labels: got {len(labels)} labels for {len(run_dirs)} runs")
     if spread not in ("stderr", "minmax"):
@@ -111,24 +113,26 @@ def plot_runs(
     groups: dict[str, list[Curves]] = {}
     for run_dir, label in zip(run_dirs, labels or [default_label(d) for d in run_dirs]):
         groups.setdefault(label, []).append(read_curves(run_dir))
-    figure = _draw(groups, spread, max(1, smooth), title)
+    return _draw(groups, spread, max(1, smooth), title)
+
+
+def plot_runs(
+    run_dirs: Sequence[str], out: str, labels: Sequence[str] | None = None, spread: str = "stderr",
+    smooth: int = 1, title: str | None = None,
+) -> None:
+    """Draw the runs' learning curves into `out` (PNG, PDF or SVG, by its suffix)."""
+    figure = plot_figure(run_dirs, labels, spread, smooth, title)
     directory = os.path.dirname(os.path.abspath(out))
     try:
         os.makedirs(directory, exist_ok=True)
         figure.savefig(out, dpi=200, bbox_inches="tight")
     except OSError as error:
         raise ConfigError(f"--out {out!r} is not writable: {error.strerror or error}") from None
-    finally:
-        import matplotlib.pyplot as plt
-
-        plt.close(figure)
 
 
 def _draw(groups: dict[str, list[Curves]], spread: str, smooth: int, title: str | None):
     import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
     from matplotlib.ticker import EngFormatter
 
     style = {
@@ -136,8 +140,9 @@ def _draw(groups: dict[str, list[Curves]], spread: str, smooth: int, title: str 
         "axes.spines.top": False, "axes.spines.right": False, "axes.linewidth": 0.8,
         "xtick.direction": "out", "ytick.direction": "out", "font.family": "DejaVu Sans",
     }
-    with plt.rc_context(style):
-        figure, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True, constrained_layout=True)
+    with matplotlib.rc_context(style):
+        figure = Figure(figsize=(10, 3.8), layout="constrained")
+        axes = figure.subplots(1, 2, sharey=True)
         for (label, curves), color in zip(groups.items(), _cycle(COLORS)):
             seeds = sum(c.returns.shape[0] for c in curves)
             name = f"{label} (n={seeds})" if seeds > 1 else label

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Callable
+import difflib
+from typing import Any, Callable
 
 from anakin.config import AnakinConfig
+from experiments.overrides import override
 from experiments.presets_dqn import DQN_PRESETS
 from experiments.presets_impala import IMPALA_PRESETS
 from experiments.presets_sebulba import SEBULBA_PRESETS
 from podracer.agents import PPOConfig
-from podracer.config import Config, EnvConfig
+from podracer.config import Config, ConfigError, EnvConfig
 
 
 def ppo_cartpole_anakin() -> Config:
@@ -39,3 +41,19 @@ PRESETS: dict[str, Callable[[], Config]] = {
     **SEBULBA_PRESETS,
     **DQN_PRESETS,
 }
+
+
+def names() -> list[str]:
+    """Every preset's name."""
+    return list(PRESETS)
+
+
+def get(name: str, **changes: Any) -> Config:
+    """The preset `name`, with fields replaced from Python:
+    `get("ppo-cartpole-anakin", seed=3, agent=dict(learning_rate=1e-3))`. Validated like
+    the command line: an unknown preset or field, or a bad value, raises `ConfigError`."""
+    if name not in PRESETS:
+        close = difflib.get_close_matches(name, list(PRESETS), n=1)
+        hint = f"; did you mean {close[0]}?" if close else "; see podracer.presets.names()"
+        raise ConfigError(f"unknown preset {name!r}{hint}")
+    return override(PRESETS[name](), **changes)

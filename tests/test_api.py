@@ -1,0 +1,118 @@
+"""The Python-first API (`import podracer`) and the command line's per-field help."""
+
+import dataclasses
+import json
+import os
+
+import pytest
+
+import podracer
+from experiments.cli import main
+from experiments.help import describe, field_docs, format_help
+from experiments.presets import PRESETS
+from podracer.config import ConfigError
+
+
+def run_main(capsys, *argv):
+    try:
+        main(list(argv))
+        code = 0
+    except SystemExit as exit_info:
+        code = exit_info.code
+    return code, capsys.readouterr()
+
+
+def test_presets_get_replaces_fields_and_validates():
+    config = podracer.presets.get("ppo-cartpole-anakin", seed=3, agent=dict(learning_rate=1e-3),
+                                  arch=dict(num_seeds=2))
+    base = PRESETS["ppo-cartpole-anakin"]()
+    assert config.seed == 3 and config.agent.learning_rate == 1e-3 and config.arch.num_seeds == 2
+    assert dataclasses.replace(config, seed=0, agent=base.agent, arch=base.arch) == base
+    assert "ppo-cartpole-anakin" in podracer.presets.names()
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: podracer.presets.get("ppo-cartpole-anakinn"), "unknown preset 'ppo-cartpole-anakinn'; did you mean"),
+    (lambda: podracer.presets.get("ppo-cartpole-anakin", agent=dict(learning_rat=1)),
+     "agent: unknown field 'learning_rat' in PPOConfig; did you mean learning_rate?"),
+    (lambda: podracer.presets.get("ppo-cartpole-anakin", agent=dict(learning_rate=-1.0)),
+     "agent.learning_rate must be > 0"),
+    (lambda: podracer.presets.get("ppo-cartpole-anakin", sed=1), "unknown field 'sed' in Config; did you mean seed?"),
+])
+def test_presets_get_names_the_bad_field(call, message):
+    with pytest.raises(ConfigError, match=None) as error:
+        call()
+    assert message in str(error.value)
+
+
+def test_top_level_api_is_lazy_and_complete():
+    assert set(podracer.__all__) == {"evaluate", "plot", "presets", "resume", "train"}
+    assert all(callable(getattr(podracer, name)) for name in ("train", "resume", "evaluate", "plot"))
+    with pytest.raises(AttributeError):
+        podracer.no_such_thing  # noqa: B018
+
+
+def test_field_docs_read_trailing_and_leading_comments():
+    @dataclasses.dataclass(frozen=True)
+    class Example:
+        # the first line of a leading comment
+        # and its second line
+        alpha: float = 1.0
+        beta: int = 2  # a trailing comment
+        gamma: str = "x"
+
+    assert field_docs(Example) == {
+        "alpha": "the first line of a leading comment and its second line", "beta": "a trailing comment",
+    }
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_help_lists_every_field_of_every_preset(name):
+    config = PRESETS[name]()
+    text = format_help(name, config)
+    for row in describe(config):
+        assert f"--{row.path.replace('_', '-')} " in text, row.path
+
+
+def test_train_help_on_the_command_line(capsys):
+    code, out = run_main(capsys, "train", "ppo-catch-anakin", "--agent.gamma", "0.9", "--help")
+    assert code == 0 and out.err == ""
+    assert "--agent.learning-rate float  (default: 0.0005)" in out.out
+    assert "--agent.gamma float  (default: 0.9)" in out.out  # overrides given with --help show
+    assert "--arch.num-seeds int  (default: 1)" in out.out
+    assert "independent agents trained by one program" in out.out  # the field's own comment
+    code, out = run_main(capsys, "train", "--help")
+    assert code == 0 and "usage: podracer train" in out.out
+    code, out = run_main(capsys, "train", "nope", "--help")
+    assert code == 2 and out.err.startswith("podracer: error: unknown preset 'nope'")
+
+
+def test_list_groups_presets_with_whole_descriptions(capsys):
+    code, out = run_main(capsys, "list")
+    assert code == 0
+    assert "  ppo / Anakin:\n    ppo-cartpole-anakin\n" in out.out
+    assert "  dqn / Sebulba:\n" in out.out
+    text = " ".join(out.out.split())
+    for make in PRESETS.values():
+        assert " ".join(make.__doc__.split()) in text  # never cut mid-sentence
+
+
+@pytest.mark.timeout(120)
+def test_plot_returns_a_figure_without_pyplot(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text(json.dumps({"arch": {"num_seeds": 1}}))
+    rows = [{"env_steps": 100 * i, "wall_s": 0.5 * i, "sps": 200.0, "episode_return": float(i)} for i in range(1, 6)]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    import sys
+
+    had_pyplot = "matplotlib.pyplot" in sys.modules
+    figure = podracer.plot([str(run_dir)], labels=["probe"])
+    from matplotlib.figure import Figure
+
+    assert isinstance(figure, Figure) and len(figure.axes) == 2
+    assert figure.axes[0].get_xlabel() == "Environment steps"
+    assert ("matplotlib.pyplot" in sys.modules) == had_pyplot
+    out = tmp_path / "curves.png"
+    figure.savefig(out)
+    assert os.path.getsize(out) > 1000
