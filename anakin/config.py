@@ -16,10 +16,10 @@ class AnakinConfig:
     metrics line.
     """
 
-    num_envs: int = 4
-    rollout_length: int = 128
+    num_envs: int = 4  # environments per seed, in total over the devices (must divide evenly)
+    rollout_length: int = 128  # env steps per environment per update
     num_seeds: int = 1  # independent agents trained by one program (an extra vmap axis)
-    updates_per_call: int = 32
+    updates_per_call: int = 32  # updates inside one compiled host call (one metrics row each call)
     devices: tuple[int, ...] = ()  # local device indices; empty = every local device
 
     def __post_init__(self) -> None:

@@ -34,7 +34,7 @@ class EnvConfig:
     the Atari fields apply to EnvPool's Atari games and are ignored elsewhere.
     """
 
-    id: str = "CartPole-v1"
+    id: str = "CartPole-v1"  # environment id: a JAX env (Anakin) or an EnvPool/Gymnasium id (Sebulba)
     backend: str = "auto"  # host envs: "auto" (EnvPool if it has the id, else Gymnasium), "envpool", "gymnasium"
     max_episode_steps: int | None = None  # time limit in agent steps; None: the env's own (Atari: 27000)
     episodic_life: bool = False  # Atari: a lost life ends the learner's episode; returns are logged per game
@@ -61,9 +61,9 @@ class LogConfig:
     """Where metrics go: metrics.jsonl always; TensorBoard, console and W&B on request."""
 
     console: bool = True  # progress bar with env steps, steps/s and recent return
-    tensorboard: bool = True
+    tensorboard: bool = True  # TensorBoard events in RUN_DIR/tensorboard
     wandb: bool = False  # Weights & Biases (needs `pip install wandb`)
-    wandb_project: str = "podracer"
+    wandb_project: str = "podracer"  # W&B project name (with --log.wandb)
 
     def __post_init__(self) -> None:
         check(bool(self.wandb_project), "log.wandb_project", "must be a non-empty project name", self.wandb_project)
@@ -77,7 +77,7 @@ class CheckpointConfig:
     `every_updates` (0: none on the way), on SIGTERM/SIGINT, and at the end of the run.
     """
 
-    every_updates: int = 100
+    every_updates: int = 100  # a checkpoint after the host call that reaches each multiple of this; 0: none
     keep: int = 3  # the newest `keep` checkpoints are kept
 
     def __post_init__(self) -> None:
@@ -90,8 +90,8 @@ class DistributedConfig:
     """Multi-process settings for `jax.distributed` (unused with one process)."""
 
     coordinator: str = ""  # host:port of process 0, or "auto" (SLURM, TPU pods)
-    num_processes: int = 1
-    process_id: int = 0
+    num_processes: int = 1  # processes in the run (one per host or per GPU)
+    process_id: int = 0  # this process, 0 .. num_processes - 1; process 0 writes the run directory
     heartbeat_timeout_s: int = 30  # a silent process fails the run after this long
 
     def __post_init__(self) -> None:
@@ -108,8 +108,8 @@ class DistributedConfig:
 class Config:
     agent: Any
     arch: Any
-    seed: int = 0
-    total_env_steps: int = 500_000
+    seed: int = 0  # the run's random seed (parameters, environments, sampling)
+    total_env_steps: int = 500_000  # the budget, in env steps of one seed
     run_dir: str | None = None  # default: runs/<preset>-<time>
     env: EnvConfig = EnvConfig()
     log: LogConfig = LogConfig()

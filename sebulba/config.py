@@ -21,10 +21,10 @@ class SebulbaConfig:
     """
 
     num_envs: int = 8  # in total, over every actor thread
-    rollout_length: int = 128
-    actor_devices: tuple[int, ...] = ()
-    learner_devices: tuple[int, ...] = ()
-    threads_per_actor_device: int = 1
+    rollout_length: int = 128  # env steps per environment per trajectory
+    actor_devices: tuple[int, ...] = ()  # local device indices that act; empty: see above
+    learner_devices: tuple[int, ...] = ()  # local device indices that learn; empty: see above
+    threads_per_actor_device: int = 1  # actor threads per actor device, each with its own env batch
     max_policy_lag: int = 0  # 0: on-policy, actors wait for each update; 1: one version behind (Cleanba)
     queue_size: int = 1  # trajectories each actor thread may have waiting for the learner
     env_threads: int = 0  # EnvPool worker threads per actor thread; 0: EnvPool's default
