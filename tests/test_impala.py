@@ -14,6 +14,7 @@ from podracer import parallel
 from podracer.agents import ALGORITHMS, FACTORIES, ImpalaConfig, PPOConfig, make_agent
 from podracer.config import ConfigError
 from podracer.types import DiscreteSpec, ObsSpec, Trajectory
+from tests.helpers import tree_allclose
 
 OBS_SPEC, ACTION_SPEC = ObsSpec((4,), jnp.float32), DiscreteSpec(3)
 
@@ -77,8 +78,7 @@ def test_update_on_four_devices_equals_one_device(agent_config):
     changed = jax.tree.map(lambda a, b: np.abs(np.asarray(a) - np.asarray(b)).max(),
                            state_1.params, state.params)
     assert max(jax.tree.leaves(changed)) > 1e-4  # the update did something
-    for a, b in zip(jax.tree.leaves(state_1), jax.tree.leaves(state_4)):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+    tree_allclose(state_4, state_1, rtol=1e-5, atol=1e-6)
     for name in ("loss", "value_loss", "entropy"):
         np.testing.assert_allclose(metrics_1[name], metrics_4[name], rtol=1e-5, atol=1e-6)
 

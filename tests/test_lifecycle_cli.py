@@ -19,6 +19,7 @@ from podracer.agents import make_agent
 from podracer.checkpoint import Checkpointer, checkpoint_dir
 from podracer.config import to_dict
 from podracer.envs import make_jax_env
+from tests.helpers import assert_trees_equal
 from tests.test_lifecycle import TINY, comparable, read_rows
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -90,8 +91,7 @@ def test_sigterm_then_resume_equals_the_uninterrupted_run(tmp_path):
     assert (config.agent, config.arch) == (TINY.agent, TINY.arch)
     full = train_lib.train(dataclasses.replace(TINY, run_dir=str(tmp_path / "full")))
     assert comparable(read_rows(stopped_dir)) == comparable(full.metrics)
-    for a, b in zip(jax.tree.leaves(final_agent(stopped_dir)), jax.tree.leaves(full.state.agent)):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert_trees_equal(final_agent(stopped_dir), full.state.agent)
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ from podracer.config import Config, ConfigError, EnvConfig
 from sebulba import SebulbaConfig, setup, train
 from sebulba.layout import device_indices
 from sebulba.learner import AXIS, device_keys, make_update_step, trajectory_sharding
+from tests.helpers import tree_allclose
 
 TIMING_KEYS = (
     "actor_env_wait_s", "actor_inference_s", "actor_param_wait_s", "actor_queue_wait_s",
@@ -120,10 +121,7 @@ def test_learner_update_matches_anakin():
         parallel.replicate(params, s.mesh), (jax.device_put(trajectory, trajectory_sharding(s.mesh)),), keys
     )
     assert int(sebulba_state.update_count) == 1
-    jax.tree.map(
-        lambda x, y: np.testing.assert_allclose(np.asarray(x[0]), np.asarray(y), rtol=1e-5, atol=1e-6),
-        anakin_state.agent.params, sebulba_state.params,
-    )
+    tree_allclose(sebulba_state, jax.tree.map(lambda x: x[0], anakin_state.agent), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.timeout(120)
