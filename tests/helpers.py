@@ -175,3 +175,14 @@ def nan_params_at(make_update_step, call: int):
         return step
 
     return poisoned
+
+
+def assert_sustained(rows, threshold: float, floor: float, last: int = 4) -> None:
+    """A run that ends learned, not one lucky row: the metrics rows' mean episode returns
+    over the last `last` rows average at least `threshold`, and none is below `floor`."""
+    import numpy as np
+
+    returns = [row["episode_return"] for row in rows]
+    tail = returns[-last:]
+    assert len(tail) == last and None not in tail, returns
+    assert np.mean(tail) >= threshold and min(tail) >= floor, returns

@@ -15,7 +15,7 @@ from podracer.config import Config, ConfigError, EnvConfig
 from sebulba import SebulbaConfig, setup, train
 from sebulba.layout import device_indices
 from sebulba.learner import AXIS, device_keys, make_update_step, trajectory_sharding
-from tests.helpers import tree_allclose
+from tests.helpers import assert_sustained, tree_allclose
 
 TIMING_KEYS = (
     "actor_env_wait_s", "actor_inference_s", "actor_param_wait_s", "actor_queue_wait_s",
@@ -145,7 +145,6 @@ def test_ppo_cartpole_sebulba_learns_on_four_devices():
                                  agent=dataclasses.replace(config.agent, learning_rate=1e-3))
     assert setup(config).mesh.devices.size == 3
     rows = train(config).metrics
-    returns = [r["episode_return"] for r in rows if r["episode_return"] is not None]
     assert all(r["policy_lag_max"] == 0 for r in rows)
-    assert max(returns) >= 475, returns
+    assert_sustained(rows, threshold=475, floor=450)  # the last 4 rows (30k env steps)
 
