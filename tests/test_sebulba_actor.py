@@ -49,6 +49,10 @@ class NumberedEnv:
         return np.stack([np.arange(self.num_envs), self.episode, self.k], axis=1).astype(np.float32)
 
     def reset(self) -> np.ndarray:
+        """A fresh episode for every env (the actor resets once, before its first rollout)."""
+        self.episode[self.k > 0] += 1
+        self.k[:] = 0
+        self.returns[:] = 0.0
         return self._obs()
 
     def send(self, action: np.ndarray) -> None:

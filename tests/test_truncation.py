@@ -60,7 +60,7 @@ def per_env(fn, *arrays):
     """`fn` on each env's `[T]` slices, results stacked back to `[T, B]` (tuples apart)."""
     results = [fn(*(a[:, b] for a in arrays)) for b in range(arrays[0].shape[1])]
     if isinstance(results[0], tuple):
-        return tuple(np.stack(r, axis=1) for r in zip(*results))
+        return tuple(np.stack(r, axis=1) for r in zip(*results, strict=True))
     return np.stack(results, axis=1)
 
 
