@@ -105,3 +105,9 @@ def test_non_finite_parameters_stop_the_run_and_keep_the_last_good_checkpoint(tm
     with Checkpointer(checkpoint_dir(str(run_dir))) as checkpoints:
         assert checkpoints.latest_step() == 4
     assert [row["env_steps"] for row in read_rows(run_dir)] == [128 * u for u in range(1, 8)]
+    # The checkpoint kept holds finite parameters, every seed's.
+    one_seed = jax.eval_shape(runner.setup(config).agent.init, jax.random.key(0)).params
+    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct((2,) + x.shape, x.dtype), one_seed)
+    with Checkpointer(checkpoint_dir(str(run_dir)), read_only=True) as checkpoints:
+        params, _ = checkpoints.restore_part(abstract, ("agent", "params"))
+    assert all(bool(jnp.isfinite(leaf).all()) for leaf in jax.tree.leaves(params))
