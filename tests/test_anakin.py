@@ -11,6 +11,7 @@ from anakin import AnakinConfig
 from experiments.presets import PRESETS
 from podracer.config import Config, ConfigError, EnvConfig
 from podracer.agents import PPOConfig
+from tests.helpers import tree_allclose
 
 
 @pytest.mark.timeout(240)
@@ -53,8 +54,7 @@ def test_same_seed_same_run_and_call_split_does_not_matter():
                   arch=AnakinConfig(num_envs=8, rollout_length=16, updates_per_call=3))
     a = anakin.train(base)
     b = anakin.train(dataclasses.replace(base, arch=dataclasses.replace(base.arch, updates_per_call=7)))
-    for x, y in zip(jax.tree.leaves(a.state.agent.params), jax.tree.leaves(b.state.agent.params)):
-        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6, atol=1e-6)
+    tree_allclose(a.state, b.state, rtol=1e-6, atol=1e-6)  # agent, environments and keys
     assert [r["env_steps"] for r in a.metrics] == [384, 768, 896]
 
 

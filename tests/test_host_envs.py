@@ -25,6 +25,30 @@ def run_steps(env, num_steps: int, seed: int = 0) -> list[HostStep]:
     return steps
 
 
+def assert_cartpole_kinematics(obs_before: np.ndarray, obs_after: np.ndarray) -> None:
+    """CartPole integrates by Euler steps of 0.02 s: the observation a step ends in has
+    `x = x_prev + 0.02 * xdot_prev` and `theta = theta_prev + 0.02 * thetadot_prev`, which
+    no other observation (the one before, or the next episode's first) satisfies."""
+    predicted = obs_before[:, [0, 2]] + 0.02 * obs_before[:, [1, 3]]
+    np.testing.assert_allclose(obs_after[:, [0, 2]], predicted, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["envpool", "gymnasium"])
+def test_cartpole_final_obs_is_where_each_episode_ended(backend):
+    """At every step, and so at every episode end, `final_obs` is the state the step led
+    to (CartPole's kinematics from the observation acted on), not a stale one."""
+    env = make_host_env(EnvConfig("CartPole-v1", backend=backend), 4, seed=2)
+    try:
+        steps = run_steps(env, 300, seed=2)
+    finally:
+        env.close()
+    ends = 0
+    for obs, step in steps:
+        assert_cartpole_kinematics(obs, step.timestep.final_obs)
+        ends += step.timestep.done.sum()
+    assert ends >= 20
+
+
 @pytest.mark.parametrize("backend", ["envpool", "gymnasium"])
 def test_cartpole_every_step_is_a_real_transition(backend):
     """CartPole pays 1 per step: a hidden auto-reset step (reward 0) would show up here."""
@@ -62,7 +86,8 @@ def test_truncation_is_computed_from_elapsed_steps(backend):
         for t in range(1, 76):
             env.send((obs[:, 2] + obs[:, 3] > 0).astype(np.int32))  # push towards the lean
             ts = env.recv().timestep
-            obs = ts.obs
+            before, obs = obs, ts.obs
+            assert_cartpole_kinematics(before, ts.final_obs)
             limit = t % 25 == 0
             assert not ts.terminated.any()
             assert ts.truncated.all() == limit and ts.truncated.any() == limit

@@ -14,6 +14,7 @@ from podracer import parallel
 from podracer.agents import ALGORITHMS, FACTORIES, ImpalaConfig, PPOConfig, make_agent
 from podracer.config import ConfigError
 from podracer.types import DiscreteSpec, ObsSpec, Trajectory
+from tests.helpers import assert_sustained, tree_allclose
 
 OBS_SPEC, ACTION_SPEC = ObsSpec((4,), jnp.float32), DiscreteSpec(3)
 
@@ -77,27 +78,21 @@ def test_update_on_four_devices_equals_one_device(agent_config):
     changed = jax.tree.map(lambda a, b: np.abs(np.asarray(a) - np.asarray(b)).max(),
                            state_1.params, state.params)
     assert max(jax.tree.leaves(changed)) > 1e-4  # the update did something
-    for a, b in zip(jax.tree.leaves(state_1), jax.tree.leaves(state_4)):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+    tree_allclose(state_4, state_1, rtol=1e-5, atol=1e-6)
     for name in ("loss", "value_loss", "entropy"):
         np.testing.assert_allclose(metrics_1[name], metrics_4[name], rtol=1e-5, atol=1e-6)
 
 
-def first_steps_to(rows, threshold):
-    return next((r["env_steps"] for r in rows if (r["episode_return"] or 0) >= threshold), None)
-
-
 @pytest.mark.timeout(180)
 def test_impala_learns_cartpole():
-    """The preset, on a smaller budget: mean return >= 475 (it gets there near 300k steps)."""
+    """The preset, on a smaller budget: it gets near 475 by 350k env steps and stays there,
+    the last 4 rows (200k env steps) averaging >= 475."""
     config = dataclasses.replace(impala_cartpole_anakin(), total_env_steps=600_000, seed=1)
-    rows = anakin.train(config).metrics
-    assert first_steps_to(rows, 475) is not None, [r["episode_return"] for r in rows]
+    assert_sustained(anakin.train(config).metrics, threshold=475, floor=450)
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(240)
 def test_ppo_vtrace_learns_cartpole():
-    config = dataclasses.replace(ppo_vtrace_cartpole_anakin(), total_env_steps=300_000)
-    rows = anakin.train(config).metrics
-    assert first_steps_to(rows, 475) is not None, [r["episode_return"] for r in rows]
+    """The preset (500k env steps; at 300k it had not learned yet): 500 from 360k on."""
+    assert_sustained(anakin.train(ppo_vtrace_cartpole_anakin()).metrics, threshold=475, floor=450)

@@ -5,7 +5,6 @@ import json
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
 
 from anakin import AnakinConfig
@@ -13,6 +12,7 @@ from experiments import train as train_lib
 from podracer.checkpoint import Checkpointer, CheckpointMismatchError, NonFiniteError, checkpoint_dir
 from podracer.config import CheckpointConfig, Config, EnvConfig, LogConfig
 from podracer.agents import PPOConfig
+from tests.helpers import assert_trees_equal
 
 # 14 updates of 8 envs x 16 steps, 3 updates per host call, a checkpoint every 4 updates.
 TINY = Config(
@@ -29,11 +29,6 @@ def comparable(rows):
 
 def read_rows(run_dir):
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-
-
-def assert_same_params(a, b):
-    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
-        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
 class StopAfter:
@@ -64,7 +59,7 @@ def test_stop_and_resume_on_4_devices_is_exact(tmp_path):
     assert second.stopped
     last = train_lib.resume(str(run_dir))
     assert not last.stopped
-    assert_same_params(last.state.agent.params, full.state.agent.params)
+    assert_trees_equal(last.state, full.state)  # agent, environments and keys, bit for bit
     assert comparable(read_rows(run_dir)) == comparable(read_rows(tmp_path / "full")) == comparable(full.metrics)
     # The agent is replicated and the env state sharded on the 4-device mesh after restore.
     assert last.state.envs.obs.sharding.spec == jax.sharding.PartitionSpec(None, "device")
@@ -110,3 +105,9 @@ def test_non_finite_parameters_stop_the_run_and_keep_the_last_good_checkpoint(tm
     with Checkpointer(checkpoint_dir(str(run_dir))) as checkpoints:
         assert checkpoints.latest_step() == 4
     assert [row["env_steps"] for row in read_rows(run_dir)] == [128 * u for u in range(1, 8)]
+    # The checkpoint kept holds finite parameters, every seed's.
+    one_seed = jax.eval_shape(runner.setup(config).agent.init, jax.random.key(0)).params
+    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct((2,) + x.shape, x.dtype), one_seed)
+    with Checkpointer(checkpoint_dir(str(run_dir)), read_only=True) as checkpoints:
+        params, _ = checkpoints.restore_part(abstract, ("agent", "params"))
+    assert all(bool(jnp.isfinite(leaf).all()) for leaf in jax.tree.leaves(params))

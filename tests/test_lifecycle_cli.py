@@ -19,6 +19,7 @@ from podracer.agents import make_agent
 from podracer.checkpoint import Checkpointer, checkpoint_dir
 from podracer.config import to_dict
 from podracer.envs import make_jax_env
+from tests.helpers import assert_trees_equal
 from tests.test_lifecycle import TINY, comparable, read_rows
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -90,8 +91,7 @@ def test_sigterm_then_resume_equals_the_uninterrupted_run(tmp_path):
     assert (config.agent, config.arch) == (TINY.agent, TINY.arch)
     full = train_lib.train(dataclasses.replace(TINY, run_dir=str(tmp_path / "full")))
     assert comparable(read_rows(stopped_dir)) == comparable(full.metrics)
-    for a, b in zip(jax.tree.leaves(final_agent(stopped_dir)), jax.tree.leaves(full.state.agent)):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert_trees_equal(final_agent(stopped_dir), full.state.agent)
 
 
 @pytest.fixture(scope="module")
@@ -101,6 +101,26 @@ def trained_run(tmp_path_factory):
     return run_dir
 
 
+def catch_greedy_returns(run_dir) -> list[float]:
+    """The return of agent 0's greedy policy from each starting column of the ball, on a
+    NumPy Catch (10 x 5, the paddle starts in column 2, the ball falls 9 rows)."""
+    config = train_lib.load_run_config(str(run_dir))
+    env = make_jax_env(config.env.id)
+    agent = make_agent(config.agent, env.observation_spec(None), env.action_spec(None), num_updates=1, axis_name=None)
+    params = jax.tree.map(lambda x: x[0], final_agent(run_dir).params)
+    greedy = jax.jit(agent.greedy_act)
+    returns = []
+    for column in range(5):
+        ball_y, paddle = 0, 2
+        while ball_y < 9:
+            board = np.zeros((1, 10, 5), np.float32)
+            board[0, ball_y, column] = board[0, 9, paddle] = 1.0
+            paddle = int(np.clip(paddle + int(greedy(params, board)[0]) - 1, 0, 4))
+            ball_y += 1
+        returns.append(1.0 if paddle == column else -1.0)
+    return returns
+
+
 @pytest.mark.xdist_group("tiny-run")
 @pytest.mark.timeout(120)
 def test_evaluate_json_is_reproducible_and_counts_episodes(trained_run, capsys, tmp_path):
@@ -108,8 +128,18 @@ def test_evaluate_json_is_reproducible_and_counts_episodes(trained_run, capsys, 
     first = json.loads(capsys.readouterr().out)
     main(["evaluate", str(trained_run), "--episodes", "7", "--seed", "5", "--json"])
     assert json.loads(capsys.readouterr().out) == first
-    assert first["episodes"] == 7 and {"mean_return", "std_return"} <= set(first)
-    assert -1.0 <= first["mean_return"] <= 1.0 and first["env_steps"] == 1792
+    assert first["episodes"] == 7 and {"mean_return", "std_return"} <= set(first) and first["env_steps"] == 1792
+    # Each Catch episode returns +1 or -1: 7 of them sum to an odd number, and std^2 = 1 - mean^2.
+    caught_minus_missed = 7 * first["mean_return"]
+    assert abs(caught_minus_missed - round(caught_minus_missed)) < 1e-6 and round(caught_minus_missed) % 2 == 1
+    np.testing.assert_allclose(first["std_return"], np.sqrt(1 - first["mean_return"] ** 2), atol=1e-6)
+    # The greedy policy of agent 0, played by hand from each of the 5 columns a ball can start
+    # in: evaluate's mean over 400 episodes is their average, up to sampling the columns.
+    by_column = catch_greedy_returns(trained_run)
+    main(["evaluate", str(trained_run), "--episodes", "400", "--seed", "5", "--json"])
+    many = json.loads(capsys.readouterr().out)
+    tolerance = 0.0 if len(set(by_column)) == 1 else 0.2  # 4 standard errors of 400 draws
+    assert abs(many["mean_return"] - np.mean(by_column)) <= tolerance + 1e-6, (many, by_column)
     main(["evaluate", str(trained_run), "--episodes", "3", "--agent-seed", "1", "--sample",
           "--video", str(tmp_path / "catch.gif")])
     assert "over 3 episodes (sample policy" in capsys.readouterr().out

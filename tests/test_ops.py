@@ -7,6 +7,7 @@ import pytest
 import rlax
 
 from podracer.ops import categorical_log_prob, clipped_surrogate_loss, entropy_loss, gae_advantages
+from tests.helpers import gae_episode_by_episode
 
 
 @pytest.fixture(params=["jit", "nojit"])
@@ -44,19 +45,37 @@ class TestGae:
         np.testing.assert_allclose(adv, expected, atol=1e-5)
 
     def test_truncation_bootstraps_termination_does_not(self, variant):
-        """Both end the episode at t=1; only truncation keeps gamma * V(final obs)."""
-        r = jnp.array([0.0, 1.0, 0.0])
-        v_tm1 = jnp.zeros(3)
-        v_t = jnp.array([0.0, 10.0, 0.0])  # V(final obs) = 10 at the step that ended
+        """Both end the episode at t=1; only truncation keeps gamma * V(final obs). The next
+        episode (t=2) has a reward and values of its own, so a trace that is not cut at the
+        end leaks them into t=1 and t=0."""
+        r = jnp.array([0.0, 1.0, 5.0])
+        v_tm1 = jnp.array([0.0, 0.0, 2.0])
+        v_t = jnp.array([0.0, 10.0, 3.0])  # V(final obs) = 10 at the step that ended
         gamma = 0.9
         end = jnp.array([False, True, False])
         trunc_adv, _ = variant(gae_advantages)(r, jnp.full(3, gamma), v_tm1, v_t, 1.0, end)
         term_adv, _ = variant(gae_advantages)(r, jnp.array([gamma, 0.0, gamma]), v_tm1, v_t, 1.0, end)
-        np.testing.assert_allclose(trunc_adv[1], 1.0 + 0.9 * 10.0)
-        np.testing.assert_allclose(term_adv[1], 1.0)
-        # Nothing from the next episode (t=2) leaks into t=1 in either case.
-        np.testing.assert_allclose(trunc_adv[0], 0.9 * trunc_adv[1])
-        np.testing.assert_allclose(term_adv[0], 0.9 * term_adv[1])
+        np.testing.assert_allclose(trunc_adv, [0.9 * 10.0, 1.0 + 0.9 * 10.0, 5.0 + 0.9 * 3.0 - 2.0], rtol=1e-6)
+        np.testing.assert_allclose(term_adv, [0.9 * 1.0, 1.0, 5.0 + 0.9 * 3.0 - 2.0], rtol=1e-6)
+
+    def test_matches_rlax_episode_by_episode(self, variant):
+        """A trajectory crossing several episode ends of both kinds equals rlax's GAE run on
+        each episode alone, bootstrapping from V(final obs) after a truncation."""
+        T, gamma, lam = 24, 0.9, 0.8
+        rng = np.random.default_rng(7)
+        r = rng.normal(size=T).astype(np.float32)
+        v_tm1 = rng.normal(size=T).astype(np.float32)
+        v_t = np.append(v_tm1[1:], rng.normal()).astype(np.float32)  # V(obs[t + 1]) within an episode
+        terminated = np.zeros(T, bool)
+        truncated = np.zeros(T, bool)
+        terminated[[4, 15]] = True
+        truncated[[9, 10, 20]] = True
+        v_t[truncated] = rng.normal(size=truncated.sum())  # V(final obs), not the next episode's first
+        discount = (gamma * ~terminated).astype(np.float32)
+        adv, target = variant(gae_advantages)(r, discount, v_tm1, v_t, lam, terminated | truncated)
+        expected = gae_episode_by_episode(r, discount, v_tm1, v_t, lam, terminated | truncated)
+        np.testing.assert_allclose(adv, expected, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(target, expected + v_tm1, rtol=1e-5, atol=1e-5)
 
     def test_rejects_bad_rank(self, variant):
         with pytest.raises(AssertionError):

@@ -114,3 +114,98 @@ def test_epsilon_greedy():
     assert set(np.unique(uniform)) == {0, 1, 2}
     mixed = np.asarray(ops.epsilon_greedy(jax.random.key(2), q, 0.3))
     assert 0.75 < np.mean(mixed == 1) < 0.85  # 0.7 + 0.3 / 3
+
+
+# --- DQN's target network and importance weights (issue #21) -------------------------------
+
+def dqn_batch(seed: int, M: int = 8):
+    """A batch of `M` random transitions (obs `[M, 4]`, 3 actions) and unit weights."""
+    from podracer.replay import ReplaySample, Transition
+
+    rng = np.random.default_rng(seed)
+    items = Transition(rng.normal(size=(M, 4)).astype(np.float32), rng.integers(0, 3, M).astype(np.int32),
+                       rng.normal(size=M).astype(np.float32), np.full(M, 0.9, np.float32),
+                       rng.normal(size=(M, 4)).astype(np.float32))
+    return ReplaySample(items, np.arange(M, dtype=np.int32), np.ones(M, np.float32))
+
+
+@pytest.mark.timeout(120)
+def test_target_network_follows_a_counted_schedule():
+    """`target_update_period=3`, hard copies, one gradient step per update: after update u
+    the target is the online network as it was after update 3 * (u // 3) (the initial one
+    before the first copy), and it never moves in between."""
+    from podracer.agents import DQNConfig, dqn
+    from podracer.types import DiscreteSpec, ObsSpec
+    from tests.helpers import assert_trees_equal
+
+    config = DQNConfig(buffer_size=64, batch_size=8, gradient_steps=1, learning_starts=0, target_update_period=3,
+                       hidden_sizes=(8,))
+    agent = dqn.make_dqn(config, ObsSpec((4,), jnp.float32), DiscreteSpec(3), num_updates=8, axis_name=None)
+    update = jax.jit(agent.update)
+    state = jax.jit(agent.init)(jax.random.key(0))
+    onlines = [jax.device_get(state.params.online)]
+    rng = np.random.default_rng(0)
+    for u in range(1, 8):
+        traj = Trajectory(rng.normal(size=(2, 4, 4)).astype(np.float32), rng.integers(0, 3, (2, 4)).astype(np.int32),
+                          rng.normal(size=(2, 4)).astype(np.float32), np.zeros((2, 4), bool), np.zeros((2, 4), bool),
+                          rng.normal(size=(2, 4, 4)).astype(np.float32), {})
+        state, _ = update(state, traj, jax.random.key(u))
+        onlines.append(jax.device_get(state.params.online))
+        assert int(state.opt_state.gradient_steps) == u
+        assert_trees_equal(jax.device_get(state.opt_state.target), onlines[3 * (u // 3)])
+        with pytest.raises(AssertionError):  # the online network moved: the schedule is not vacuous
+            assert_trees_equal(onlines[u], onlines[u - 1])
+
+
+def test_polyak_target_moves_only_when_due():
+    """`target_update_tau=0.25`, period 2: the target becomes `0.25 online + 0.75 target`
+    on every second gradient step and stays put on the others."""
+    from podracer.agents import DQNConfig, dqn
+    from podracer.types import DiscreteSpec, ObsSpec
+    from tests.helpers import tree_allclose
+
+    config = DQNConfig(target_update_period=2, target_update_tau=0.25, hidden_sizes=(8,))
+    network = dqn.make_q_network(config, ObsSpec((4,), jnp.float32), DiscreteSpec(3))
+    optimizer = dqn.make_optimizer(config)
+    online = network.init(jax.random.key(0), jnp.zeros((1, 4)))
+    target = network.init(jax.random.key(1), jnp.zeros((1, 4)))
+    zero = jnp.zeros((), jnp.int32)
+    learner = dqn.DQNLearnerState(optimizer.init(online), target, zero, jnp.zeros(()), zero)
+    learn = jax.jit(dqn.make_learn_on_batch(config, network, optimizer, None))
+    for step in range(1, 5):
+        online, new_learner, _, _ = learn(online, learner, dqn_batch(step))
+        expected = jax.tree.map(lambda o, t: 0.25 * o + 0.75 * t, online, learner.target) if step % 2 == 0 \
+            else learner.target
+        tree_allclose(new_learner.target, expected, rtol=1e-6, atol=1e-7)
+        learner = new_learner
+
+
+def test_loss_weights_items_by_their_importance_weights():
+    """A prioritized batch with known weights: the loss is `mean(w * loss_i)`, and weights
+    `(M, 0, ..., 0)` give exactly the step of a batch of M copies of the first item."""
+    from podracer.agents import DQNConfig, dqn
+    from podracer.types import DiscreteSpec, ObsSpec
+    from tests.helpers import tree_allclose
+
+    for loss in ("mse", "huber"):
+        config = DQNConfig(loss=loss, hidden_sizes=(8,), target_update_period=100)
+        network = dqn.make_q_network(config, ObsSpec((4,), jnp.float32), DiscreteSpec(3))
+        optimizer = dqn.make_optimizer(config)
+        online = network.init(jax.random.key(0), jnp.zeros((1, 4)))
+        zero = jnp.zeros((), jnp.int32)
+        learner = dqn.DQNLearnerState(optimizer.init(online), network.init(jax.random.key(1), jnp.zeros((1, 4))),
+                                      zero, jnp.zeros(()), zero)
+        learn = jax.jit(dqn.make_learn_on_batch(config, network, optimizer, None))
+        sample = dqn_batch(0)
+        weights = np.linspace(0.1, 1.0, 8).astype(np.float32)
+        _, _, metrics, td = learn(online, learner, sample._replace(weights=weights))
+        per_item = 0.5 * np.square(td) if loss == "mse" else np.asarray(ops.huber_loss(td, config.huber_delta))
+        np.testing.assert_allclose(metrics["loss"], np.mean(weights * per_item), rtol=1e-5)
+        assert abs(np.mean(weights * per_item) - np.mean(per_item)) > 1e-3  # the weights matter here
+
+        first_only = sample._replace(weights=np.array([8.0] + [0.0] * 7, np.float32))
+        copies = jax.tree.map(lambda x: np.repeat(x[:1], 8, axis=0), sample.items)
+        weighted, _, weighted_metrics, _ = learn(online, learner, first_only)
+        copied, _, copied_metrics, _ = learn(online, learner, sample._replace(items=copies))
+        tree_allclose(weighted, copied, rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(weighted_metrics["loss"], copied_metrics["loss"], rtol=1e-5)

@@ -15,6 +15,7 @@ from podracer.config import Config, ConfigError, EnvConfig
 from sebulba import SebulbaConfig, setup, train
 from sebulba.layout import device_indices
 from sebulba.learner import AXIS, device_keys, make_update_step, trajectory_sharding
+from tests.helpers import assert_sustained, tree_allclose
 
 TIMING_KEYS = (
     "actor_env_wait_s", "actor_inference_s", "actor_param_wait_s", "actor_queue_wait_s",
@@ -120,10 +121,7 @@ def test_learner_update_matches_anakin():
         parallel.replicate(params, s.mesh), (jax.device_put(trajectory, trajectory_sharding(s.mesh)),), keys
     )
     assert int(sebulba_state.update_count) == 1
-    jax.tree.map(
-        lambda x, y: np.testing.assert_allclose(np.asarray(x[0]), np.asarray(y), rtol=1e-5, atol=1e-6),
-        anakin_state.agent.params, sebulba_state.params,
-    )
+    tree_allclose(sebulba_state, jax.tree.map(lambda x: x[0], anakin_state.agent), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.timeout(120)
@@ -147,7 +145,6 @@ def test_ppo_cartpole_sebulba_learns_on_four_devices():
                                  agent=dataclasses.replace(config.agent, learning_rate=1e-3))
     assert setup(config).mesh.devices.size == 3
     rows = train(config).metrics
-    returns = [r["episode_return"] for r in rows if r["episode_return"] is not None]
     assert all(r["policy_lag_max"] == 0 for r in rows)
-    assert max(returns) >= 475, returns
+    assert_sustained(rows, threshold=475, floor=450)  # the last 4 rows (30k env steps)
 

@@ -4,7 +4,6 @@ import dataclasses
 import json
 
 import jax
-import numpy as np
 import pytest
 
 import sebulba.runner
@@ -15,7 +14,7 @@ from podracer.checkpoint import Checkpointer, CheckpointMismatchError, NonFinite
 from podracer.config import CheckpointConfig, Config, ConfigError, EnvConfig, LogConfig
 from sebulba import SebulbaConfig
 from sebulba.learner import make_update_step
-from tests.helpers import nan_loss_at
+from tests.helpers import assert_trees_equal, nan_loss_at, nan_params_at
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -47,8 +46,7 @@ def test_stop_checkpoints_and_resume_continues_the_learner(tmp_path):
         progress = checkpoints.progress()
         saved, _ = checkpoints.restore_part(jax.eval_shape(lambda: stopped.state.params), ("agent", "params"))
     assert progress.env_steps == stopped.env_steps == stopped_at * 64
-    for x, y in zip(jax.tree.leaves(saved), jax.tree.leaves(stopped.state.params)):
-        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    assert_trees_equal(saved, stopped.state.params)
 
     resumed = train_lib.resume(str(run_dir))
     assert not resumed.stopped
@@ -83,3 +81,18 @@ def test_non_finite_loss_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
         with pytest.raises(NonFiniteError, match="update 6.*last good checkpoint is update 4"):
             sebulba.runner.train(TINY, checkpointer=checkpoints)
         assert checkpoints.latest_step() == 4
+
+
+def test_non_finite_parameters_on_a_checkpoint_step_keep_the_last_good_checkpoint(tmp_path, monkeypatch):
+    """Update 8, a checkpoint step, returns NaN parameters with a finite loss: the learner
+    stops naming the parameters, never checkpoints them, and the latest checkpoint stays
+    update 4, whose parameters are finite."""
+    monkeypatch.setattr(sebulba.runner, "make_update_step", nan_params_at(make_update_step, 8))
+    with Checkpointer(str(tmp_path / "checkpoints")) as checkpoints:
+        with pytest.raises(NonFiniteError, match="non-finite parameters at update 8.*last good checkpoint is update 4"):
+            sebulba.runner.train(TINY, checkpointer=checkpoints)
+        assert checkpoints.all_steps() == [4]
+    abstract = jax.eval_shape(sebulba.runner.setup(TINY).agent.init, jax.random.key(0)).params
+    with Checkpointer(str(tmp_path / "checkpoints"), read_only=True) as checkpoints:
+        params, _ = checkpoints.restore_part(abstract, ("agent", "params"))
+    assert all(bool(jax.numpy.isfinite(leaf).all()) for leaf in jax.tree.leaves(params))

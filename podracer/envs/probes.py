@@ -1,6 +1,7 @@
 """Probe environments (after rejax / Andy Jones's debugging probes): tiny tasks whose
 solution is known in closed form, so an agent's learning machinery can be checked in
-seconds. Observations are `[1]` float32; every episode lasts one or two steps.
+seconds. Observations are `[1]` float32; every episode lasts one or two steps, but for
+`TimeLimitProbe`, whose episodes only end by a time limit.
 """
 
 from __future__ import annotations
@@ -85,4 +86,25 @@ class DiscountingProbe(_Probe):
         return state, state.obs, jnp.where(done, 1.0, 0.0), done
 
 
-PROBES = {p.name: p for p in (ConstantRewardProbe, ObsRewardProbe, ActionRewardProbe, DiscountingProbe)}
+class TimeLimitProbe(_Probe):
+    """Reward +1 every step, never terminates, truncated after `length` steps; the
+    observation is the elapsed part of the episode, `t / length` (the final one is 1).
+
+    The time limit is not part of the task: bootstrapping from the final observation, every
+    state is worth `1 / (1 - gamma)`. A learner that takes truncation for termination gets
+    `(1 - gamma ** (length - t)) / (1 - gamma)` instead, less near the limit."""
+
+    name = "ProbeTimeLimit"
+    length = 4
+
+    def max_episode_steps(self, params: Any) -> int:
+        return self.length
+
+    def step_env(self, key, state, action, params):
+        t = state.t + 1
+        obs = (t / self.length).astype(jnp.float32)[None]
+        return ProbeState(obs, t), obs, jnp.float32(1.0), jnp.bool_(False)
+
+
+PROBES = {p.name: p for p in (ConstantRewardProbe, ObsRewardProbe, ActionRewardProbe, DiscountingProbe,
+                              TimeLimitProbe)}

@@ -1,0 +1,108 @@
+"""What an update optimizes, checked rather than just exercised: PPO's clipped value loss,
+and the learning rate annealed linearly to 0 over the run (PPO and IMPALA)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from podracer.agents import ImpalaConfig, PPOConfig, make_agent
+from podracer.types import DiscreteSpec, ObsSpec, Trajectory
+
+pytestmark = pytest.mark.timeout(120)
+
+OBS_SPEC, ACTION_SPEC = ObsSpec((3,), jnp.float32), DiscreteSpec(2)
+
+
+def one_step_trajectory(seed: int, B: int = 16, old_value=None) -> Trajectory:
+    """`[1, B]` transitions, no episode end. With one step, any GAE or V-trace target is
+    `r + gamma V(next_obs)`, whatever values the behaviour policy recorded."""
+    rng = np.random.default_rng(seed)
+    old_value = np.zeros(B, np.float32) if old_value is None else old_value
+    return Trajectory(
+        obs=rng.normal(size=(1, B, 3)).astype(np.float32), action=rng.integers(0, 2, (1, B)).astype(np.int32),
+        reward=rng.normal(size=(1, B)).astype(np.float32), terminated=np.zeros((1, B), bool),
+        truncated=np.zeros((1, B), bool), next_obs=rng.normal(size=(1, B, 3)).astype(np.float32),
+        extras={"log_prob": np.full((1, B), np.log(0.5), np.float32), "value": old_value[None]},
+    )
+
+
+def zero_value_head(params):
+    """The network with a value head of zeros: `V(obs) = 0` for every observation."""
+    value = jax.tree.map(jnp.zeros_like, params["params"]["value"])
+    return {**params, "params": {**params["params"], "value": value}}
+
+
+@pytest.mark.parametrize("clip_value", [True, False])
+def test_ppo_value_loss_is_clipped_around_the_old_values(clip_value):
+    """With `V = 0` everywhere, one transition per env and rewards `r`, every target is `r`:
+    the first SGD step's value loss is `0.5 mean(max((V - r)^2, (V_clip - r)^2))` with
+    `V_clip = V_old + clip(V - V_old, -eps, eps)` around the values the actor recorded,
+    and `0.5 mean((V - r)^2)` without clipping."""
+    B, eps = 16, 0.2
+    old = np.linspace(-1.0, 1.0, B).astype(np.float32)  # half within eps of V = 0, half beyond
+    traj = one_step_trajectory(0, B, old)
+    config = PPOConfig(num_epochs=1, num_minibatches=1, clip_eps=eps, clip_value=clip_value, hidden_sizes=(8,))
+    agent = make_agent(config, OBS_SPEC, ACTION_SPEC, num_updates=4, axis_name=None)
+    state = jax.jit(agent.init)(jax.random.key(0))
+    state = state.replace(params=zero_value_head(state.params))
+    _, metrics = jax.jit(agent.update)(state, traj, jax.random.key(1))
+    r = traj.reward[0]
+    unclipped = np.square(0.0 - r)
+    clipped = np.square(old + np.clip(0.0 - old, -eps, eps) - r)
+    expected = 0.5 * np.mean(np.maximum(unclipped, clipped) if clip_value else unclipped)
+    np.testing.assert_allclose(metrics["value_loss"], expected, rtol=1e-5)
+    assert abs(np.mean(np.maximum(unclipped, clipped)) - np.mean(unclipped)) > 0.1  # clipping matters here
+
+
+def with_schedule_count(opt_state, count: int):
+    """`opt_state` with the learning-rate schedule's step counter set to `count`."""
+    return jax.tree.map(
+        lambda s: s._replace(count=jnp.asarray(count, s.count.dtype)) if isinstance(s, optax.ScaleByScheduleState)
+        else s, opt_state, is_leaf=lambda s: isinstance(s, optax.ScaleByScheduleState))
+
+
+def param_step(before, after) -> np.ndarray:
+    return np.concatenate([np.ravel(np.asarray(b) - np.asarray(a))
+                           for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(after), strict=True)])
+
+
+@pytest.mark.parametrize("config", [
+    PPOConfig(learning_rate=1e-2, num_epochs=1, num_minibatches=1, hidden_sizes=(8,)),
+    ImpalaConfig(learning_rate=1e-2, optimizer="rmsprop", hidden_sizes=(8,)),
+    ImpalaConfig(learning_rate=1e-2, optimizer="adam", hidden_sizes=(8,)),
+], ids=["ppo", "impala-rmsprop", "impala-adam"])
+def test_learning_rate_decays_linearly_to_zero_over_the_run(config):
+    """With `anneal_lr`, from the same state, the step an update takes after k of the run's
+    N = 5 updates is `(1 - k / N)` times the first one, and 0 at the end of the run."""
+    N = 5
+    agent = make_agent(config, OBS_SPEC, ACTION_SPEC, num_updates=N, axis_name=None)
+    update = jax.jit(agent.update)
+    state = jax.jit(agent.init)(jax.random.key(0))
+    traj = one_step_trajectory(2)
+    first = param_step(state.params, update(state, traj, jax.random.key(1))[0].params)
+    assert np.abs(first).max() > 1e-4
+    for k in range(1, N + 1):
+        later = state.replace(opt_state=with_schedule_count(state.opt_state, k))
+        step = param_step(state.params, update(later, traj, jax.random.key(1))[0].params)
+        # Steps are differences of float32 parameters: rounding of about 1e-7 each.
+        np.testing.assert_allclose(step, (1 - k / N) * first, rtol=1e-3, atol=3e-7, err_msg=f"after {k} updates")
+
+
+def test_learning_rate_reaches_zero_after_every_sgd_step_of_the_run():
+    """2 epochs x 2 minibatches per update, 3 updates: the schedule spans all 12 SGD
+    steps, so the third update still moves the parameters and a fourth (past the run)
+    does not."""
+    config = PPOConfig(learning_rate=1e-2, num_epochs=2, num_minibatches=2, hidden_sizes=(8,))
+    agent = make_agent(config, OBS_SPEC, ACTION_SPEC, num_updates=3, axis_name=None)
+    update = jax.jit(agent.update)
+    state = jax.jit(agent.init)(jax.random.key(0))
+    traj = one_step_trajectory(3)
+    steps = []
+    for u in range(4):
+        new, _ = update(state, traj, jax.random.key(u))
+        steps.append(np.abs(param_step(state.params, new.params)).max())
+        state = new
+    assert min(steps[:3]) > 1e-5, steps
+    assert steps[3] == 0.0, steps

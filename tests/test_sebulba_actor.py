@@ -1,0 +1,140 @@
+"""The Sebulba actor's trajectory assembly, step by step, on a fake host environment whose
+observations are numbered and whose episodes end on a fixed schedule (truncated and
+terminated), so every field of every step is known in closed form."""
+
+from __future__ import annotations
+
+import queue
+import threading
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import sebulba.actor
+from podracer import parallel
+from podracer.config import EnvConfig
+from podracer.envs.host import HostStep
+from podracer.types import DiscreteSpec, ObsSpec, TimeStep
+from sebulba.actor import Actor, make_policy_step
+from sebulba.learner import trajectory_sharding
+from sebulba.params import ParamSource
+
+pytestmark = pytest.mark.timeout(60)
+
+# Env i's episodes last LENGTHS[i] steps; env 0 and 1 are truncated then, env 2 terminates,
+# env 3 never ends.
+LENGTHS = (2, 3, 4, 10**6)
+TERMINATES = (False, False, True, False)
+T, ROLLOUTS, VERSION = 5, 3, 7  # VERSION >= ROLLOUTS: no rollout waits for parameters
+
+
+class NumberedEnv:
+    """A host environment of 4 envs: env i in step k of its episode e observes `[i, e, k]`;
+    its step reward is `100 i + 10 e + k` (k counted after the step). Records the actions."""
+
+    num_envs = len(LENGTHS)
+    observation_spec = ObsSpec((3,), np.float32)
+    action_spec = DiscreteSpec(3)
+
+    def __init__(self) -> None:
+        self.episode = np.zeros(self.num_envs, np.int64)
+        self.k = np.zeros(self.num_envs, np.int64)
+        self.returns = np.zeros(self.num_envs, np.float32)
+        self.actions: list[np.ndarray] = []
+        self.closed = False
+
+    def _obs(self) -> np.ndarray:
+        return np.stack([np.arange(self.num_envs), self.episode, self.k], axis=1).astype(np.float32)
+
+    def reset(self) -> np.ndarray:
+        """A fresh episode for every env (the actor resets once, before its first rollout)."""
+        self.episode[self.k > 0] += 1
+        self.k[:] = 0
+        self.returns[:] = 0.0
+        return self._obs()
+
+    def send(self, action: np.ndarray) -> None:
+        self.actions.append(np.array(action))
+
+    def recv(self) -> HostStep:
+        self.k += 1
+        reward = (100 * np.arange(self.num_envs) + 10 * self.episode + self.k).astype(np.float32)
+        self.returns += reward
+        final_obs = self._obs()
+        ended = self.k == np.array(LENGTHS)
+        terminated, truncated = ended & np.array(TERMINATES), ended & ~np.array(TERMINATES)
+        episode_return, episode_length = self.returns.copy(), self.k.astype(np.int32)
+        self.episode[ended] += 1
+        self.k[ended] = 0
+        self.returns[ended] = 0.0
+        return HostStep(TimeStep(self._obs(), reward, terminated, truncated, final_obs, episode_return,
+                                 episode_length), ended)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def expected_step(n: int) -> dict[str, np.ndarray]:
+    """What global step `n` (0-based, over all rollouts) must hold for the 4 envs."""
+    i = np.arange(len(LENGTHS))
+    length = np.array(LENGTHS)
+    episode, k = n // length, n % length
+    ended = k + 1 == length
+    return {
+        "obs": np.stack([i, episode, k], axis=1).astype(np.float32),
+        "next_obs": np.stack([i, episode, k + 1], axis=1).astype(np.float32),  # before any reset
+        "reward": (100 * i + 10 * episode + k + 1).astype(np.float32),
+        "terminated": ended & np.array(TERMINATES),
+        "truncated": ended & ~np.array(TERMINATES),
+        "action": ((k + VERSION) % 3).astype(np.int32),
+        "value": (2 * k + VERSION).astype(np.float32),
+    }
+
+
+def act(params, obs, key):
+    """A policy whose outputs name the step and the parameters it saw."""
+    k = obs[:, 2]
+    return ((k + params).astype(jnp.int32) % 3), {"value": 2 * k + params, "log_prob": obs[:, 0]}
+
+
+def test_actor_assembles_trajectories_step_by_step(monkeypatch):
+    """Three rollouts of 5 steps from an `Actor`, as the learner receives them: every field
+    of every step equals its closed form, across episode ends of both kinds and across
+    rollout boundaries (the next rollout goes on from the last observation)."""
+    env = NumberedEnv()
+    monkeypatch.setattr(sebulba.actor, "make_host_env", lambda *args, **kwargs: env)
+    source = ParamSource(jax.devices()[0])
+    source.publish(jnp.float32(VERSION), VERSION)
+    mesh = parallel.make_mesh(jax.devices()[1:3], "learner")
+    out: queue.Queue = queue.Queue(ROLLOUTS)
+    actor = Actor(index=0, env_config=EnvConfig("CartPole-v1"), num_envs=4, seed=0, env_threads=1,
+                  rollout_length=T, max_policy_lag=0, policy_step=make_policy_step(act), params=source, out=out,
+                  sharding=trajectory_sharding(mesh), num_rollouts=ROLLOUTS)
+    actor.run(threading.Event())
+    assert env.closed and out.qsize() == ROLLOUTS
+
+    for r in range(ROLLOUTS):
+        item = out.get_nowait()
+        assert item.version == VERSION
+        traj = jax.device_get(item.trajectory)
+        assert item.trajectory.obs.sharding.spec == jax.sharding.PartitionSpec(None, "learner")
+        ended_return = ended_length = ended = 0.0
+        for t in range(T):
+            n = r * T + t
+            expected = expected_step(n)
+            for field in ("obs", "next_obs", "reward", "terminated", "truncated", "action"):
+                got = np.asarray(getattr(traj, field)[t])
+                assert got.dtype == expected[field].dtype, field
+                np.testing.assert_array_equal(got, expected[field], err_msg=f"{field} at step {n}")
+            np.testing.assert_array_equal(traj.extras["value"][t], expected["value"], err_msg=f"value at {n}")
+            np.testing.assert_array_equal(env.actions[n], expected["action"])
+            done = expected["terminated"] | expected["truncated"]
+            for i in np.flatnonzero(done):  # an episode of env i ended: its whole return
+                episode = n // LENGTHS[i]
+                ended_return += sum(100 * i + 10 * episode + k for k in range(1, LENGTHS[i] + 1))
+                ended_length += LENGTHS[i]
+                ended += 1
+        np.testing.assert_array_equal(item.episodes, [ended_return, ended_length, ended])
+        assert set(item.timings) == {"env_wait_s", "inference_s", "param_wait_s", "queue_wait_s"}

@@ -1,0 +1,301 @@
+"""Mutation check: does the test suite catch the bugs that matter?
+
+`MUTATIONS` is a list of deliberate breaks of the library (issue #21): a GAE trace that leaks
+across episode ends, a stale final observation, a learner that checkpoints NaN parameters, a
+DQN target network updated every step, ... Each names the exact text it replaces and the
+tests that must catch it. This script copies the repository (tracked and untracked, not
+ignored files) to a scratch directory, checks that those tests pass there unchanged (the
+baseline), then applies the mutations one at a time, runs their tests, restores the file,
+and prints a table: `caught` (a test failed), `MISSED` (every test passed), `timeout` (a
+test hit its time limit: inconclusive, rerun on an idle machine or with --stretch-timeouts).
+
+    python tools/mutation_check.py                  # every mutation against its own tests
+    python tools/mutation_check.py --list           # the mutations and their tests
+    python tools/mutation_check.py --only gae-trace-not-cut,dqn-target-every-step
+    python tools/mutation_check.py --full-suite     # each mutation against the whole suite (slow)
+    python tools/mutation_check.py --stretch-timeouts 4   # a loaded machine: 4x every test's timeout
+
+Exit status: 0 if every mutation was caught, 1 if any was missed or inconclusive (or the
+baseline failed), 2 for bad arguments or a mutation whose text no longer occurs in the code
+(`tests/test_helpers.py` checks that on every run of the suite, so the list cannot rot).
+Not part of the pytest run: it runs pytest once per mutation (minutes each on 2 cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@dataclasses.dataclass(frozen=True)
+class Mutation:
+    """A deliberate break: `edits` are `(path, old, new)`, each `old` occurring exactly once
+    in its file; `tests` are pytest node ids (or files) that must fail once it is applied."""
+
+    name: str
+    what: str
+    edits: tuple[tuple[str, str, str], ...]
+    tests: tuple[str, ...]
+
+
+M = Mutation
+MUTATIONS: tuple[Mutation, ...] = (
+    # --- the breaks listed in issue #21 -------------------------------------------------
+    M("gae-trace-not-cut", "GAE's trace not cut at an episode end (leaks across truncations)",
+      (("podracer/ops/returns.py", "gamma_lambda = jnp.where(end_t, 0.0, discount_t * lambda_)",
+        "gamma_lambda = discount_t * lambda_"),),
+      ("tests/test_ops.py::TestGae",)),
+    M("ppo-trace-ignores-truncation", "PPO cuts the GAE trace at terminations only",
+      (("podracer/agents/ppo.py", "end = traj.terminated | traj.truncated", "end = traj.terminated"),),
+      ("tests/test_truncation.py::test_ppo_gae_update_uses_each_episode_alone",)),
+    M("vtrace-trace-ignores-truncation", "V-trace (IMPALA, PPO-V-trace) cuts its trace at terminations only",
+      (("podracer/agents/common.py", "end = traj.terminated | traj.truncated", "end = traj.terminated"),),
+      ("tests/test_truncation.py::test_vtrace_updates_use_each_episode_alone",)),
+    M("envpool-final-obs-stale", "EnvPool's final_obs one step stale at every episode end",
+      (("podracer/envs/envpool_env.py",
+        "        obs, info = self._pool.reset(self._ids)\n        return self._observation(obs, info[\"env_id\"])",
+        "        obs, info = self._pool.reset(self._ids)\n"
+        "        self._stale = self._observation(obs, info[\"env_id\"])\n        return self._stale"),
+       ("podracer/envs/envpool_env.py",
+        "        timestep = TimeStep(obs, reward, terminated, truncated, final_obs, episode_return, episode_length)",
+        "        final_obs = np.where(done.reshape((-1,) + (1,) * (obs.ndim - 1)), self._stale, final_obs)\n"
+        "        self._stale = obs\n"
+        "        timestep = TimeStep(obs, reward, terminated, truncated, final_obs, episode_return, episode_length)")),
+      ("tests/test_host_envs.py::test_cartpole_final_obs_is_where_each_episode_ended",
+       "tests/test_host_envs.py::test_truncation_is_computed_from_elapsed_steps")),
+    M("sebulba-next-obs-is-reset-obs", "the Sebulba actor stores the next episode's first observation as next_obs",
+      (("sebulba/actor.py", 'buffers["next_obs"][t] = ts.final_obs', 'buffers["next_obs"][t] = ts.obs'),),
+      ("tests/test_sebulba_actor.py",)),
+    M("sebulba-ignores-nan-params", "the Sebulba learner ignores non-finite parameters (and checkpoints them)",
+      (("sebulba/learner.py", "check_finite(metrics, bool(finite), update + 1, self.describe_kept())",
+        "check_finite(metrics, True, update + 1, self.describe_kept())"),),
+      ("tests/test_sebulba_lifecycle.py::test_non_finite_parameters_on_a_checkpoint_step_keep_the_last_good_checkpoint",)),
+    M("dqn-target-every-step", "DQN updates its target network every gradient step (target_update_period ignored)",
+      (("podracer/agents/dqn.py", "due = steps % config.target_update_period == 0", "due = steps > 0"),),
+      ("tests/test_ops_dqn.py::test_target_network_follows_a_counted_schedule",
+       "tests/test_ops_dqn.py::test_polyak_target_moves_only_when_due")),
+    M("dqn-ignores-importance-weights", "DQN's loss ignores the prioritized-replay importance weights",
+      (("podracer/agents/dqn.py", "loss = jnp.mean(weights * per_item)", "loss = jnp.mean(per_item)"),),
+      ("tests/test_ops_dqn.py::test_loss_weights_items_by_their_importance_weights",)),
+    # --- more of the same kind ----------------------------------------------------------
+    M("anakin-ignores-nan-params", "Anakin ignores non-finite parameters (a NaN on a checkpoint step)",
+      (("anakin/runner.py", "bad_seeds = np.flatnonzero(~(np.asarray(finite) & loss_ok))",
+        "bad_seeds = np.flatnonzero(~loss_ok)"),),
+      ("tests/test_lifecycle.py::test_non_finite_parameters_stop_the_run_and_keep_the_last_good_checkpoint",)),
+    M("ppo-truncation-as-termination", "PPO does not bootstrap a truncated episode (treats it as terminated)",
+      (("podracer/agents/ppo.py", "discount = config.gamma * (1.0 - traj.terminated.astype(jnp.float32))",
+        "discount = config.gamma * (1.0 - (traj.terminated | traj.truncated).astype(jnp.float32))"),),
+      ("tests/test_truncation.py::test_ppo_values_ignore_the_time_limit",)),
+    M("anakin-next-obs-is-reset-obs", "Anakin's rollout stores the next episode's first observation as next_obs",
+      (("anakin/rollout.py", "truncated=ts.truncated, next_obs=ts.final_obs,",
+        "truncated=ts.truncated, next_obs=ts.obs,"),),
+      ("tests/test_truncation.py::test_anakin_rollout_records_the_final_observation_at_a_time_limit",)),
+    M("jax-env-final-obs-is-reset-obs", "JAX environments report the reset observation as final_obs",
+      (("podracer/envs/base.py", "            final_obs=obs,\n", "            final_obs=next_obs,\n"),),
+      ("tests/test_envs.py::test_time_limit_truncates_and_keeps_final_observation",
+       "tests/test_truncation.py::test_anakin_rollout_records_the_final_observation_at_a_time_limit")),
+    M("sebulba-actor-resets-between-rollouts", "the Sebulba actor restarts its environments at every rollout",
+      (("sebulba/actor.py", "obs, key = rollout.obs, rollout.key", "obs, key = env.reset(), rollout.key"),),
+      ("tests/test_sebulba_actor.py",)),
+    M("dqn-target-update-off-by-one", "DQN copies its target one gradient step early",
+      (("podracer/agents/dqn.py", "due = steps % config.target_update_period == 0",
+        "due = (steps + 1) % config.target_update_period == 0"),),
+      ("tests/test_ops_dqn.py::test_target_network_follows_a_counted_schedule",)),
+    M("ppo-value-clipping-ignored", "PPO's value clipping switched off whatever clip_value says",
+      (("podracer/agents/ppo.py", "        if config.clip_value:\n", "        if False:\n"),),
+      ("tests/test_optimization.py::test_ppo_value_loss_is_clipped_around_the_old_values",)),
+    M("ppo-lr-schedule-too-short", "PPO's learning rate reaches 0 after num_updates SGD steps, not all of them",
+      (("podracer/agents/ppo.py", "max(1, num_updates * steps_per_update))", "max(1, num_updates))"),),
+      ("tests/test_optimization.py::test_learning_rate_reaches_zero_after_every_sgd_step_of_the_run",)),
+    M("impala-lr-not-annealed", "IMPALA's anneal_lr ignored (constant learning rate)",
+      (("podracer/agents/impala.py", "lr = optax.linear_schedule(config.learning_rate, 0.0, max(1, num_steps)) if",
+        "lr = config.learning_rate if"),),
+      ("tests/test_optimization.py::test_learning_rate_decays_linearly_to_zero_over_the_run",)),
+    M("checkpoint-restores-target-values", "restoring a checkpoint returns the target's values, not the saved ones",
+      (("podracer/checkpoint.py", "return from_storable(restored.state, target), Progress",
+        "return from_storable(stored_target, target), Progress"),),
+      ("tests/test_checkpoint.py::test_round_trip_onto_mesh_shardings_and_keep_last",)),
+    M("impala-cnn-one-residual-block", "the IMPALA CNN loses one residual block per stage",
+      (("podracer/networks.py",
+        "            x = _ResidualBlock(features)(x)\n            x = _ResidualBlock(features)(x)\n",
+        "            x = _ResidualBlock(features)(x)\n"),),
+      ("tests/test_networks.py::test_torso_shapes_and_parameter_count",)),
+    M("evaluate-ignores-the-checkpoint", "evaluate plays an all-zero network instead of the checkpoint's",
+      (("experiments/evaluate.py", "returns = episode_returns(env, loaded.policy, loaded.params, key_eval, episodes)",
+        "returns = episode_returns(env, loaded.policy, jax.tree.map(jnp.zeros_like, loaded.params), key_eval, "
+        "episodes)"),),
+      ("tests/test_lifecycle_cli.py::test_evaluate_json_is_reproducible_and_counts_episodes",)),
+    M("tree-comparison-ignores-structure", "the tests' tree comparison no longer checks the tree structure",
+      (("tests/helpers.py", "    if actual_def != expected_def:\n", "    if False:\n"),),
+      ("tests/test_helpers.py::test_differences_are_caught_and_named",)),
+)
+
+
+def problems(mutation: Mutation, root: str = REPO) -> list[str]:
+    """What stops `mutation` from applying to the code under `root`: an `old` text that does
+    not occur exactly once, a test file or test function that does not exist."""
+    found = []
+    for path, old, _ in mutation.edits:
+        full = os.path.join(root, path)
+        if not os.path.isfile(full):
+            found.append(f"{path}: no such file")
+            continue
+        count = _read(full).count(old)
+        if count != 1:
+            found.append(f"{path}: the text to replace occurs {count} times (expected once): {old!r}")
+    for test in mutation.tests:
+        path, _, node = test.partition("::")
+        full = os.path.join(root, path)
+        if not os.path.isfile(full):
+            found.append(f"{test}: no such test file")
+            continue
+        name = node.split("::")[0].split("[")[0]
+        source = _read(full)
+        if name and not re.search(rf"^\s*(def|class) {re.escape(name)}\b", source, re.M):
+            found.append(f"{test}: no {name} in {path}")
+    return found
+
+
+def _read(path: str) -> str:
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def scratch_copy(destination: str) -> None:
+    """The repository's tracked and untracked (not ignored) files, copied to `destination`."""
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, check=True,
+                            capture_output=True).stdout.decode().split("\0")
+    for path in filter(None, listed):
+        source = os.path.join(REPO, path)
+        if os.path.isfile(source):
+            os.makedirs(os.path.dirname(os.path.join(destination, path)), exist_ok=True)
+            shutil.copy2(source, os.path.join(destination, path))
+
+
+def run_pytest(root: str, tests: list[str], env: dict[str, str], timeout_s: float) -> tuple[str, float, str]:
+    """Run `tests` in `root`: `(outcome, seconds, detail)`, outcome `passed`, `failed`,
+    `timeout` (a test hit its time limit) or `error` (nothing ran)."""
+    command = [sys.executable, "-m", "pytest", "-n", "0", "-q", "-x", "-rf", "-p", "no:cacheprovider", *tests]
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return "timeout", time.perf_counter() - start, f"pytest ran past {timeout_s:.0f} s"
+    seconds = time.perf_counter() - start
+    output = proc.stdout + proc.stderr
+    failed = re.findall(r"^FAILED (\S+)", output, re.M)
+    detail = failed[0] if failed else output.strip().splitlines()[-1] if output.strip() else ""
+    if proc.returncode == 0:
+        return "passed", seconds, detail
+    if "Timeout (>" in output:
+        return "timeout", seconds, detail
+    if proc.returncode in (1, 2) and (failed or "error" in output.lower()):
+        return "failed", seconds, detail
+    return "error", seconds, f"pytest exit {proc.returncode}: {detail}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--list", action="store_true", help="list the mutations and their tests, run nothing")
+    parser.add_argument("--only", default="", help="comma-separated mutation names to run")
+    parser.add_argument("--full-suite", action="store_true", help="run the whole suite against each mutation")
+    parser.add_argument("--no-baseline", action="store_true", help="skip checking the tests pass unmutated")
+    parser.add_argument("--stretch-timeouts", type=int, default=1,
+                        help="multiply every test's pytest-timeout by N (for a loaded machine)")
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds per pytest run (default 1800)")
+    parser.add_argument("--keep", action="store_true", help="keep the scratch copy (its path is printed)")
+    args = parser.parse_args(argv)
+
+    selected = list(MUTATIONS)
+    if args.only:
+        names = [n.strip() for n in args.only.split(",") if n.strip()]
+        unknown = sorted(set(names) - {m.name for m in MUTATIONS})
+        if unknown:
+            print(f"mutation_check: unknown mutation(s): {', '.join(unknown)} (see --list)", file=sys.stderr)
+            return 2
+        selected = [m for m in MUTATIONS if m.name in names]
+    if args.list:
+        for m in selected:
+            print(f"{m.name}: {m.what}\n    breaks {', '.join(sorted({p for p, _, _ in m.edits}))}\n"
+                  f"    caught by {' '.join(m.tests)}")
+        return 0
+    stale = {m.name: problems(m) for m in selected}
+    if any(stale.values()):
+        for name, found in stale.items():
+            for problem in found:
+                print(f"mutation_check: {name}: {problem}", file=sys.stderr)
+        return 2
+
+    scratch = tempfile.mkdtemp(prefix="podracer-mutants-")
+    cache = tempfile.mkdtemp(prefix="podracer-mutants-jax-cache-")
+    root = os.path.join(scratch, "repo")
+    try:
+        scratch_copy(root)
+        env = {**os.environ, "PYTHONPATH": root, "JAX_COMPILATION_CACHE_DIR": cache}
+        if args.stretch_timeouts > 1:  # tests/conftest.py stretches timeouts by this worker count
+            env["PYTEST_XDIST_WORKER_COUNT"] = str(args.stretch_timeouts)
+        where = subprocess.run([sys.executable, "-c", "import podracer.types as t; print(t.__file__)"], cwd=root,
+                               env=env, capture_output=True, text=True, check=True).stdout.strip()
+        if not where.startswith(root):
+            print(f"mutation_check: the scratch copy imports podracer from {where}, not {root}", file=sys.stderr)
+            return 2
+
+        def tests_of(m: Mutation) -> list[str]:
+            return [] if args.full_suite else list(m.tests)
+
+        if not args.no_baseline:
+            union = [] if args.full_suite else sorted({t for m in selected for t in m.tests})
+            outcome, seconds, detail = run_pytest(root, union, env, args.timeout)
+            print(f"baseline (no mutation): {outcome} in {seconds:.0f} s {detail}", flush=True)
+            if outcome != "passed":
+                print("mutation_check: the tests fail without any mutation; fix that first", file=sys.stderr)
+                return 1
+
+        rows = []
+        for m in selected:
+            originals: dict[str, str] = {}
+            for path, old, new in m.edits:  # in order: several edits of one file build on each other
+                current = _read(os.path.join(root, path))
+                originals.setdefault(path, current)
+                _write(os.path.join(root, path), current.replace(old, new, 1))
+            try:
+                outcome, seconds, detail = run_pytest(root, tests_of(m), env, args.timeout)
+            finally:
+                for path, text in originals.items():
+                    _write(os.path.join(root, path), text)
+            result = {"failed": "caught", "passed": "MISSED"}.get(outcome, outcome)
+            rows.append((m.name, result, seconds, detail))
+            print(f"{m.name}: {result} in {seconds:.0f} s {detail}", flush=True)
+    finally:
+        if args.keep:
+            print(f"scratch copy kept in {scratch}")
+        else:
+            shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(cache, ignore_errors=True)
+
+    width = max(len(name) for name, *_ in rows)
+    print(f"\n{'mutation':<{width}}  result   seconds  first failing test")
+    for name, result, seconds, detail in rows:
+        print(f"{name:<{width}}  {result:<7}  {seconds:7.0f}  {detail}")
+    caught = sum(result == "caught" for _, result, _, _ in rows)
+    print(f"\n{caught} of {len(rows)} mutations caught")
+    return 0 if caught == len(rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
