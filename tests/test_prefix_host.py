@@ -37,7 +37,7 @@ def test_host_and_jax_forms_agree_on_dynamics_observations_and_rewards():
     """Same start graphs, same actions: same graphs, masks, observations, rewards and
     truncations, through auto-resets (both forms reset to Sklansky here)."""
     n, num_envs, steps = 8, 5, 11
-    kwargs = dict(area_weight=0.4, horizon=4, reset="sklansky", fanout_weight=0.25)
+    kwargs = {"area_weight": 0.4, "horizon": 4, "reset": "sklansky", "fanout_weight": 0.25}
     jax_env = PrefixAdderEnv(n, **kwargs)
     host = PrefixHostEnv(num_envs, seed=0, bits=n, **kwargs)
     start = random_graphs(n, num_envs, seed=1)
@@ -129,7 +129,8 @@ def test_reward_pool_cache_persists_and_a_resumed_run_never_synthesises_twice(tm
     with RewardPool(evaluate=other, identity="other-flow", executor=cf.ThreadPoolExecutor(1), cache_path=path) as pool:
         pool.costs(graphs[-2:], timeout_s=30)  # Kogge-Stone and Brent-Kung
         assert other.calls == 2
-    assert all("key" in json.loads(line) for line in open(path).read().splitlines()[-3:])
+    with open(path) as f:
+        assert all("key" in json.loads(line) for line in f.read().splitlines()[-3:])
 
 
 def test_reward_pool_waits_are_bounded_and_errors_surface():
@@ -145,9 +146,9 @@ def test_reward_pool_waits_are_bounded_and_errors_surface():
     def broken(nodes):
         raise RuntimeError("abc crashed")
 
-    with RewardPool(evaluate=broken, identity="broken", executor=cf.ThreadPoolExecutor(1)) as pool:
-        with pytest.raises(RuntimeError, match="abc crashed"):
-            pool.costs([sklansky(8)], timeout_s=30)
+    with RewardPool(evaluate=broken, identity="broken", executor=cf.ThreadPoolExecutor(1)) as pool, \
+            pytest.raises(RuntimeError, match="abc crashed"):
+        pool.costs([sklansky(8)], timeout_s=30)
 
 
 def test_reward_pool_default_executor_is_a_process_pool(tmp_path):

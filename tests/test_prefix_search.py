@@ -87,7 +87,8 @@ def test_prefix_baseline_command_writes_the_front_as_verilog_that_adds(tmp_path,
     for d in designs:  # nothing evaluated dominates the front
         assert not any(dominates((d.area, d.delay), point) for point in front)
     for path in summary["verilog"]:
-        text = open(path).read()
+        with open(path) as f:
+            text = f.read()
         module = os.path.basename(path).split("_area")[0]
         assert f"module {module}(input [7:0] a, input [7:0] b, output [8:0] s);" in text
     # The .v files hold the front's graphs: their netlists add.

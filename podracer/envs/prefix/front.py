@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Iterable, NamedTuple, Sequence
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 

@@ -167,8 +167,8 @@ class PrefixHostEnv:
         action = np.asarray(action, np.int32)
         if action.shape != (self.num_envs,):
             raise ValueError(f"expected actions [{self.num_envs}], got {action.shape}")
-        put = lambda x: jax.device_put(x, self._device)  # noqa: E731
-        after = np.asarray(self._step(put(self._nodes), put(self._mask), put(action)))
+        nodes, mask, action = (jax.device_put(x, self._device) for x in (self._nodes, self._mask, action))
+        after = np.asarray(self._step(nodes, mask, action))
         final_obs, final_mask, analytic = self._observation(after, self._weight)
         self._pending = (after, final_obs, final_mask, self._request(after, analytic))
 

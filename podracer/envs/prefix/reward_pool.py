@@ -21,7 +21,7 @@ import multiprocessing
 import os
 import threading
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -194,7 +194,7 @@ class RewardPool:
         if self._owned:
             self._executor.shutdown(wait=True, cancel_futures=True)
 
-    def __enter__(self) -> RewardPool:
+    def __enter__(self) -> RewardPool:  # noqa: PYI034 (no subclasses)
         return self
 
     def __exit__(self, *exc) -> None:

@@ -30,7 +30,7 @@ from podracer.envs.prefix.netlist import to_blif
 APT_PACKAGES = "yosys qflow-tech-osu018"
 LIBERTY_PATHS = ("/usr/share/qflow/tech/osu018/osu018_stdcells.lib",)
 FLOW = "strash; &get -n; &nf; &put; topo; stime"
-_STIME = re.compile(r"Area\s*=\s*([0-9.eE+-]+).*?Delay\s*=\s*([0-9.eE+-]+)\s*ps", re.S)
+_STIME = re.compile(r"Area\s*=\s*([0-9.eE+-]+).*?Delay\s*=\s*([0-9.eE+-]+)\s*ps", re.DOTALL)
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
