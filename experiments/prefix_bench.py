@@ -1,5 +1,7 @@
 """Env steps per second of the prefix-adder JAX environment: a vmapped batch stepped under
-`jit` + `lax.scan` with random legal actions (sampled from the action mask)."""
+`jit` + `lax.scan` with random legal actions (sampled from the action mask), auto-resets
+included. `python experiments/prefix_bench.py 16 32` prints one JSON line per width and
+reset mode."""
 
 from __future__ import annotations
 
@@ -9,11 +11,12 @@ import jax
 import jax.numpy as jnp
 
 
-def bench_prefix_env(bits: int = 16, num_envs: int = 256, steps: int = 64, repeats: int = 3) -> dict:
+def bench_prefix_env(bits: int = 16, num_envs: int = 256, steps: int = 64, repeats: int = 3,
+                     reset: str = "mixed") -> dict:
     """`{"bits", "num_envs", "sps", ...}`: steady-state env steps/s (compile excluded)."""
     from podracer.envs.prefix.env import PrefixAdderEnv
 
-    env = PrefixAdderEnv(bits)
+    env = PrefixAdderEnv(bits, reset=reset)
 
     def random_step(carry, key):
         state, obs = carry
@@ -38,7 +41,7 @@ def bench_prefix_env(bits: int = 16, num_envs: int = 256, steps: int = 64, repea
         start = time.perf_counter()
         carry, _ = jax.block_until_ready(run(carry, jax.random.key(2 + r)))
         best = min(best, time.perf_counter() - start)
-    return {"bits": bits, "num_envs": num_envs, "steps": steps, "sps": num_envs * steps / best,
+    return {"bits": bits, "reset": reset, "num_envs": num_envs, "steps": steps, "sps": num_envs * steps / best,
             "first_call_s": compile_s}
 
 
@@ -48,4 +51,5 @@ if __name__ == "__main__":
 
     bits = [int(b) for b in sys.argv[1:]] or [16, 32]
     for b in bits:
-        print(json.dumps(bench_prefix_env(b)))
+        for reset in ("mixed", "ripple"):
+            print(json.dumps(bench_prefix_env(b, reset=reset)))

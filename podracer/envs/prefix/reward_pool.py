@@ -63,7 +63,11 @@ class RewardPool:
     evaluate:   any picklable `nodes -> SynthesisResult` with its own `identity` string
                 (e.g. an analytic cost, or a stand-in in tests).
     executor:   where evaluations run; None: `default_executor(workers)` (owned, shut down
-                by `close`). Results are cached in the submitting process.
+                by `close`). Results are cached in the submitting process. A script that
+                uses the default process pool needs Python's `if __name__ == "__main__":`
+                guard (spawned workers import the main module); a `ThreadPoolExecutor`
+                does not, and parallelises synthesis as well, since each synthesis runs in
+                its own `yosys-abc` process.
     cache_path: the JSON-lines cache file (created if missing; None: memory only).
     """
 
