@@ -131,7 +131,8 @@ def cmd_list() -> None:
     from podracer.envs.envpool_env import envpool_ids
 
     print(f"environments (Sebulba, host): every EnvPool id ({len(envpool_ids())}, e.g. CartPole-v1, Pong-v5, "
-          "Breakout-v5) and any Gymnasium id")
+          "Breakout-v5), any Gymnasium id, and the prefix adders PrefixAdder-<N> (analytic costs) and "
+          "PrefixAdderSynth-<N> (synthesis rewards)")
 
 
 def cmd_train(preset: str | None, resume_dir: str | None, overrides: list[str]) -> int:
