@@ -1,4 +1,5 @@
-"""The `podracer` command: list, train (and resume), evaluate, plot, bench.
+"""The `podracer` command: list, train (and resume), evaluate, plot, bench, and the
+prefix-adder tools (prefix-baseline, prefix-front).
 
 User errors (unknown preset or field, bad value, impossible sizes, unwritable run dir, a
 checkpoint from another config) exit with status 2 and one line on stderr naming the
@@ -75,6 +76,28 @@ def build_parser() -> argparse.ArgumentParser:
     launch.add_argument("--cpu-devices", type=int, default=None, help="fake CPU devices per process")
     launch.add_argument("preset")
 
+    baseline = commands.add_parser(
+        "prefix-baseline", help="prefix adders: simulated annealing or random search, and its Pareto front",
+        description="podracer prefix-baseline --bits 32 --method anneal --budget 500 --out DIR",
+    )
+    baseline.add_argument("--bits", type=int, default=32, help="adder width N (default 32)")
+    baseline.add_argument("--method", choices=["anneal", "random"], default="anneal")
+    baseline.add_argument("--budget", type=int, default=500, help="distinct designs evaluated (default 500)")
+    baseline.add_argument("--out", required=True, metavar="DIR", help="writes designs.jsonl, front.png, front/*.v")
+    baseline.add_argument("--cost", choices=["synthesis", "analytic"], default="synthesis",
+                          help="Yosys/ABC synthesis (default) or the analytic model (node count, logic level)")
+    baseline.add_argument("--seed", type=int, default=0)
+    baseline.add_argument("--workers", type=int, default=None, help="synthesis processes (default: every CPU)")
+    baseline.add_argument("--cache", default=None, metavar="FILE",
+                          help="synthesis cache (default $PODRACER_PREFIX_CACHE or ~/.cache/podracer/)")
+    baseline.add_argument("--json", action="store_true", help="print one JSON object")
+
+    front = commands.add_parser("prefix-front", help="the Pareto front of a prefix-adder search or run",
+                                description="podracer prefix-front DIR [--out FILE.png]")
+    front.add_argument("run_dir", metavar="DIR", help="a directory with designs.jsonl")
+    front.add_argument("--out", default=None, metavar="FILE.png", help="the plot (default DIR/front.png)")
+    front.add_argument("--json", action="store_true", help="print one JSON object")
+
     bench = commands.add_parser("bench", help="throughput against the physical limit")
     bench.add_argument("arch", choices=["anakin", "sebulba"])
     bench.add_argument("--json", action="store_true", help="print one JSON line")
@@ -127,7 +150,8 @@ def cmd_list(width: int = 100) -> None:
     print(textwrap.fill(", ".join(jax_env_ids()), width, initial_indent="  ", subsequent_indent="  ",
                         break_on_hyphens=False))
     print(f"environments (Sebulba, host): every EnvPool id ({len(envpool_ids())}, e.g. CartPole-v1, Pong-v5, "
-          "Breakout-v5) and any Gymnasium id")
+          "Breakout-v5), any Gymnasium id, and the prefix adders PrefixAdder-<N> (analytic costs) and "
+          "PrefixAdderSynth-<N> (synthesis rewards)")
 
 
 def cmd_train_help(parser: argparse.ArgumentParser, preset: str | None, overrides: list[str]) -> None:
@@ -220,6 +244,29 @@ def cmd_bench(arch: str, preset: str | None, overrides: list[str], as_json: bool
             print(f"{key:>10s}: {value}")
 
 
+def cmd_prefix(args: argparse.Namespace) -> None:
+    from experiments import prefix
+
+    if args.command == "prefix-baseline":
+        if args.workers is not None and args.workers < 1:
+            _fail(f"--workers must be >= 1, got {args.workers}")
+        summary = prefix.run_baseline(args.bits, args.method, args.budget, args.out, args.cost, args.seed,
+                                      args.workers, args.cache)
+    else:
+        summary = prefix.show_front(args.run_dir, args.out)
+    if args.json:
+        print(json.dumps(summary))
+        return
+    if "method" in summary:
+        print(f"{summary['method']}: {summary['designs']} designs in {summary['search_s']:.1f} s "
+              f"({summary['syntheses_per_s']:.1f} syntheses/s, cache hit rate {summary['cache_hit_rate']:.2f})")
+    front = ", ".join(f"({p['area']:g}, {p['delay']:g})" for p in summary["front"])
+    print(f"{summary['bits']}-bit front, {len(summary['front'])} designs (area, delay): {front}")
+    print(f"hypervolume {summary['hypervolume']:.4f}; dominates: {', '.join(summary['dominates']) or 'none'}")
+    print(f"wrote {summary['plot']} and {len(summary['verilog'])} Verilog modules in "
+          f"{os.path.dirname(summary['verilog'][0])}")
+
+
 CPU_DEVICES_HELP = ("split the CPU into N JAX devices (e.g. 3 for Sebulba's 1 actor + 2 learners: "
                     "two learner devices keep two cores busy where one XLA:CPU program does not)")
 
@@ -259,6 +306,8 @@ def main(argv: list[str] | None = None) -> None:
             cmd_launch_local(args.preset, rest, args.num_processes, args.cpu_devices)
         elif args.command == "bench":
             cmd_bench(args.arch, args.preset, rest, args.json, args.seconds)
+        elif args.command in ("prefix-baseline", "prefix-front"):
+            cmd_prefix(args)
     except ConfigError as error:
         _fail(str(error))
     except NonFiniteError as error:

@@ -22,8 +22,16 @@ _BUILTIN: dict[str, Callable[[], JaxEnv]] = {"Catch": Catch, **PROBES}
 _USER: dict[str, Callable[[], JaxEnv]] = {}  # filled by register_jax_env, never at import
 
 
+def _prefix_ids() -> list[str]:
+    from podracer.envs.prefix.env import PREFIX_BITS
+
+    return [f"PrefixAdder-{bits}" for bits in PREFIX_BITS]
+
+
 def jax_env_ids() -> list[str]:
-    return sorted(_BUILTIN) + list(GYMNAX_IDS) + sorted(_USER)
+    """Known ids; prefix adders also take any width and a fixed area weight,
+    `PrefixAdder-<bits>[-w<weight>]` (e.g. `PrefixAdder-24-w0.5`)."""
+    return sorted(_BUILTIN) + _prefix_ids() + list(GYMNAX_IDS) + sorted(_USER)
 
 
 def register_jax_env(env_id: str, factory: Callable[[], JaxEnv], overwrite: bool = False) -> None:
@@ -32,7 +40,7 @@ def register_jax_env(env_id: str, factory: Callable[[], JaxEnv], overwrite: bool
     For user environments in this process (a notebook, a script); a built-in id cannot be
     replaced, and a user id only with `overwrite=True`.
     """
-    if env_id in _BUILTIN or env_id in GYMNAX_IDS:
+    if env_id in _BUILTIN or env_id in GYMNAX_IDS or env_id.startswith("PrefixAdder-"):
         raise ValueError(f"{env_id!r} is a built-in environment id; choose another name")
     if env_id in _USER and not overwrite:
         raise ValueError(f"{env_id!r} is already registered; pass overwrite=True to replace it")
@@ -46,11 +54,21 @@ def unknown_env_error(env_id: str, known: list[str], kind: str) -> UnknownEnvErr
 
 
 def make_jax_env(env_id: str) -> JaxEnv:
-    """Build a JAX environment by id: built-ins (`Catch`) or gymnax ids (`CartPole-v1`)."""
+    """Build a JAX environment by id: built-ins (`Catch`, `PrefixAdder-16`) or gymnax ids
+    (`CartPole-v1`)."""
     if env_id in _BUILTIN:
         return _BUILTIN[env_id]()
     if env_id in _USER:
         return _USER[env_id]()
     if env_id in GYMNAX_IDS:
         return make_gymnax_env(env_id)
+    if env_id.startswith("PrefixAdder-"):
+        from podracer.envs.prefix.env import make_prefix_env
+
+        try:
+            env = make_prefix_env(env_id)
+        except ValueError as error:
+            raise UnknownEnvError(str(error)) from None
+        if env is not None:
+            return env
     raise unknown_env_error(env_id, jax_env_ids(), "JAX")

@@ -85,7 +85,7 @@ class JaxEnv:
 
         reset_inner, reset_obs = self.reset_env(reset_key, params)
         next_inner = jax.tree.map(lambda r, s: jnp.where(done, r, s), reset_inner, inner)
-        next_obs = jnp.where(done, reset_obs, obs)
+        next_obs = jax.tree.map(lambda r, o: jnp.where(done, r, o), reset_obs, obs)  # obs may be a pytree (MaskedObs)
         next_state = EnvState(
             inner=next_inner,
             time=jnp.where(done, 0, time),

@@ -101,19 +101,31 @@ class EpisodeCounters:
 
 
 def host_env_ids() -> list[str]:
-    """Every id a host environment can be made from (EnvPool's, then Gymnasium's)."""
+    """Every id a host environment can be made from (EnvPool's, then Gymnasium's, and the
+    prefix adders': `PrefixAdder-<bits>` analytic, `PrefixAdderSynth-<bits>` synthesised)."""
     from podracer.envs import envpool_env, gymnasium_env
+    from podracer.envs.prefix.env import PREFIX_BITS
 
-    return sorted(set(envpool_env.envpool_ids()) | set(gymnasium_env.gymnasium_ids()))
+    prefix = {f"PrefixAdder{kind}-{bits}" for kind in ("", "Synth") for bits in PREFIX_BITS}
+    return sorted(set(envpool_env.envpool_ids()) | set(gymnasium_env.gymnasium_ids()) | prefix)
+
+
+def _is_prefix_id(env_id: str) -> bool:
+    from podracer.envs.prefix.host_env import parse_host_id
+
+    return parse_host_id(env_id) is not None
 
 
 def host_backend(env_config: EnvConfig) -> str:
-    """The backend that will run `env_config.id`: "envpool" or "gymnasium".
+    """The backend that will run `env_config.id`: "envpool", "gymnasium" or "prefix" (the
+    prefix-adder ids, whatever `env.backend` says).
 
     Raises UnknownEnvError (listing close matches) when the chosen backend lacks the id.
     """
     from podracer.envs import envpool_env, gymnasium_env, unknown_env_error
 
+    if _is_prefix_id(env_config.id):
+        return "prefix"
     backend = env_config.backend
     if backend in ("auto", "envpool") and env_config.id in envpool_env.envpool_ids():
         return "envpool"
@@ -125,10 +137,19 @@ def host_backend(env_config: EnvConfig) -> str:
 
 
 def host_env_specs(env_config: EnvConfig) -> tuple[ObsSpec, DiscreteSpec]:
-    """Observation and action specs of a host environment, without building a batch."""
+    """Observation and action specs of a host environment, without building a batch.
+
+    A prefix adder's observation spec is a `MaskedObs` of `ObsSpec`s; asking for synthesis
+    rewards where Yosys is missing raises `SynthesisUnavailable` (a ValueError, one line).
+    """
     from podracer.envs import envpool_env, gymnasium_env
 
-    if host_backend(env_config) == "envpool":
+    backend = host_backend(env_config)
+    if backend == "prefix":
+        from podracer.envs.prefix.host_env import prefix_host_specs
+
+        return prefix_host_specs(env_config.id, env_config.max_episode_steps)
+    if backend == "envpool":
         return envpool_env.envpool_specs(env_config)
     return gymnasium_env.gymnasium_specs(env_config)
 
@@ -140,6 +161,11 @@ def make_host_env(env_config: EnvConfig, num_envs: int, seed: int, num_threads: 
     """
     from podracer.envs import envpool_env, gymnasium_env
 
-    if host_backend(env_config) == "envpool":
+    backend = host_backend(env_config)
+    if backend == "prefix":
+        from podracer.envs.prefix.host_env import make_prefix_host_env
+
+        return make_prefix_host_env(env_config.id, num_envs, seed, env_config.max_episode_steps)
+    if backend == "envpool":
         return envpool_env.EnvPoolEnv(env_config, num_envs, seed, num_threads)
     return gymnasium_env.GymnasiumEnv(env_config, num_envs, seed)

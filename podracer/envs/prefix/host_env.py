@@ -1,0 +1,237 @@
+"""The prefix-adder environment as a host environment (Sebulba), with synthesis rewards.
+
+Same dynamics, observations, masks, horizon and reward formula as the JAX form
+(`podracer.envs.prefix.env.PrefixAdderEnv`: the batch is stepped by the same jitted
+functions, on the CPU), but the area and delay behind the rewards can come from synthesis
+(Yosys/ABC) through a `RewardPool` of reward workers instead of the analytic model.
+
+`send` applies the actions at once and submits every new graph to the pool (and each new
+episode's first graph, whose cost the next reward needs); `recv` collects those costs with a
+bounded wait (`reward_timeout_s`, then `RewardTimeout`) and reports the TimeStep. Rewards are
+normalised by the reference design's cost under the same model (Sklansky, synthesised once).
+
+Ids: `PrefixAdder-<bits>[-w<weight>]` (analytic costs) and `PrefixAdderSynth-<bits>[-w<weight>]`
+(synthesis costs), as `podracer.envs.host.make_host_env` builds them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from typing import Any
+
+import jax
+import numpy as np
+
+from podracer.envs.host import EpisodeCounters, HostStep
+from podracer.envs.prefix import graph as np_graph
+from podracer.envs.prefix import jax_graph
+from podracer.envs.prefix.builders import BUILDERS, sklansky
+from podracer.envs.prefix.env import PrefixAdderEnv
+from podracer.envs.prefix.reward_pool import RewardPool
+from podracer.envs.prefix.synthesis import find_synthesis
+from podracer.types import DiscreteSpec, MaskedObs, TimeStep
+
+_HOST_ID = re.compile(r"^PrefixAdder(Synth)?-(\d+)(?:-w([0-9.]+))?$")
+CACHE_ENV_VAR = "PODRACER_PREFIX_CACHE"
+
+
+def parse_host_id(env_id: str) -> dict[str, Any] | None:
+    """`{"bits", "area_weight", "synthesis"}` of a host prefix-adder id, or None."""
+    match = _HOST_ID.match(env_id)
+    if match is None:
+        return None
+    weight = None if match.group(3) is None else float(match.group(3))
+    return {"bits": int(match.group(2)), "area_weight": weight, "synthesis": match.group(1) is not None}
+
+
+def default_cache_path() -> str:
+    """`$PODRACER_PREFIX_CACHE`, else `~/.cache/podracer/prefix-synthesis.jsonl`."""
+    return os.environ.get(CACHE_ENV_VAR) or os.path.join(os.path.expanduser("~"), ".cache", "podracer",
+                                                         "prefix-synthesis.jsonl")
+
+
+_SHARED: dict[tuple, RewardPool] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_reward_pool(cache_path: str | None = None) -> RewardPool:
+    """One synthesis pool per process and cache file, shared by every host env of the
+    process (its actor threads), so they share this host's CPUs and one cache."""
+    spec = find_synthesis()
+    key = (spec, cache_path or default_cache_path())
+    with _SHARED_LOCK:
+        if key not in _SHARED:
+            _SHARED[key] = RewardPool(spec, cache_path=key[1])
+        return _SHARED[key]
+
+
+class PrefixHostEnv:
+    """`num_envs` prefix-adder environments stepped on the host.
+
+    pool: None for analytic costs (area = node count, delay = level or fanout-aware
+    arrival, as the JAX form); a `RewardPool` for synthesised costs. Other arguments as
+    `PrefixAdderEnv`.
+    """
+
+    def __init__(self, num_envs: int, seed: int, bits: int = 16, area_weight: float | None = None,
+                 horizon: int | None = None, reset: str = "mixed", fanout_weight: float = 0.0,
+                 reference: str = "sklansky", max_density: float = 0.3, pool: RewardPool | None = None,
+                 reward_timeout_s: float = 600.0) -> None:
+        self.spec_env = PrefixAdderEnv(bits, area_weight, horizon, reset, fanout_weight, reference, max_density)
+        self.num_envs, self.bits, self.pool = num_envs, bits, pool
+        self.reward_timeout_s = reward_timeout_s
+        self.observation_spec = self.spec_env.observation_spec(None)
+        self.action_spec = DiscreteSpec(2 * bits * bits)
+        self._rng = np.random.default_rng(seed)
+        self._device = jax.devices("cpu")[0]
+        env = self.spec_env
+        self._analyse = jax.jit(jax.vmap(lambda nodes: self._observe(nodes)))
+        self._step = jax.jit(jax.vmap(lambda nodes, mask, action: jax_graph.apply_action(nodes, action, mask)[0]))
+        if pool is None:
+            self.area_ref, self.delay_ref = env.area_ref, env.delay_ref
+        else:
+            self.area_ref, self.delay_ref = pool.costs([BUILDERS[reference](bits)], reward_timeout_s)[0]
+        self._counters = EpisodeCounters(num_envs, env.horizon)
+        self._pending: tuple | None = None
+
+    def _observe(self, nodes: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+        analysis = jax_graph.analyse(nodes, self.spec_env.fanout_weight)
+        features = jax_graph.features(nodes, analysis)
+        return features, analysis.action_mask, analysis.area, analysis.delay
+
+    # --- episodes ---------------------------------------------------------------------
+    def _initial_graphs(self, count: int) -> np.ndarray:
+        """`bool [count, N, N]` first graphs, drawn as the JAX form draws them."""
+        n, kind = self.bits, self.spec_env.reset_kind
+        graphs = []
+        for _ in range(count):
+            choice = kind if kind != "mixed" else ("ripple", "sklansky", "random")[self._rng.integers(3)]
+            if choice == "ripple":
+                graphs.append(np_graph.empty_graph(n))
+            elif choice == "sklansky":
+                graphs.append(sklansky(n))
+            else:
+                graphs.append(np_graph.random_graph(self._rng, n, self._rng.random() * self.spec_env.max_density))
+        return np.stack(graphs)
+
+    def _weights(self, count: int) -> np.ndarray:
+        fixed = self.spec_env.area_weight
+        return np.full(count, fixed, np.float32) if fixed is not None else self._rng.random(count).astype(np.float32)
+
+    def set_graphs(self, graphs: np.ndarray, weights: np.ndarray) -> MaskedObs:
+        """Start every episode from the given legal graphs `[B, N, N]` and weights `[B]`
+        (e.g. to step the JAX and host forms from the same states): the observations."""
+        self._counters = EpisodeCounters(self.num_envs, self.spec_env.horizon)
+        self._nodes = np.array(graphs, bool)
+        self._weight = np.asarray(weights, np.float32)
+        obs, self._mask, analytic = self._observation(self._nodes, self._weight)
+        self._cost = analytic
+        self._start_costs(np.arange(self.num_envs))
+        self._pending = None
+        return obs
+
+    def reset(self) -> MaskedObs:
+        return self.set_graphs(self._initial_graphs(self.num_envs), self._weights(self.num_envs))
+
+    def _observation(self, nodes: np.ndarray, weights: np.ndarray) -> tuple[MaskedObs, np.ndarray, np.ndarray]:
+        features, mask, area, delay = jax.device_get(self._analyse(jax.device_put(nodes, self._device)))
+        if self.spec_env.area_weight is None:
+            channel = np.broadcast_to(weights[:, None, None, None], features.shape[:-1] + (1,))
+            features = np.concatenate([features, channel], axis=-1)
+        return MaskedObs(np.asarray(features, np.float32), np.asarray(mask)), np.asarray(mask), \
+            np.stack([area, delay], axis=-1).astype(np.float64)
+
+    def _request(self, nodes: np.ndarray, analytic: np.ndarray) -> list | np.ndarray:
+        """Costs `[k, 2]` now (analytic), or futures of them from the pool."""
+        return analytic if self.pool is None else [self.pool.submit(g) for g in nodes]
+
+    def _collect(self, request: list | np.ndarray) -> np.ndarray:
+        if isinstance(request, np.ndarray):
+            return request
+        return self.pool.wait(request, self.reward_timeout_s)
+
+    def _start_costs(self, envs: np.ndarray) -> None:
+        """Submit the costs of the graphs `envs` start their episodes from (synthesis); they
+        are collected when the next reward needs them (`self._cost` holds the analytic ones)."""
+        self._starting = (envs, self._request(self._nodes[envs], self._cost[envs]))
+
+    def _scalar_cost(self, cost: np.ndarray, weights: np.ndarray) -> np.ndarray:
+        return weights * cost[:, 0] / self.area_ref + (1.0 - weights) * cost[:, 1] / self.delay_ref
+
+    # --- stepping ---------------------------------------------------------------------
+    def send(self, action: np.ndarray) -> None:
+        """Apply the actions (an illegal one leaves its graph unchanged) and submit the new
+        graphs' costs; returns without waiting for them."""
+        action = np.asarray(action, np.int32)
+        if action.shape != (self.num_envs,):
+            raise ValueError(f"expected actions [{self.num_envs}], got {action.shape}")
+        nodes, mask, action = (jax.device_put(x, self._device) for x in (self._nodes, self._mask, action))
+        after = np.asarray(self._step(nodes, mask, action))
+        final_obs, final_mask, analytic = self._observation(after, self._weight)
+        self._pending = (after, final_obs, final_mask, self._request(after, analytic))
+
+    def recv(self) -> HostStep:
+        """The step started by `send`, rewards included (waits at most `reward_timeout_s`)."""
+        if self._pending is None:
+            raise RuntimeError("recv() without a send()")
+        after, final_obs, final_mask, request = self._pending
+        self._pending = None
+        envs, start_request = self._starting
+        if len(envs):
+            self._cost[envs] = self._collect(start_request)
+            self._starting = (envs[:0], [])
+        after_cost = self._collect(request)
+        reward = self._scalar_cost(self._cost, self._weight) - self._scalar_cost(after_cost, self._weight)
+        reward = reward.astype(np.float32)
+        terminated = np.zeros(self.num_envs, bool)
+        truncated, episode_end, episode_return, episode_length = self._counters.step(reward, terminated, terminated)
+        self._nodes, self._cost, self._mask, obs = after, after_cost, final_mask, final_obs
+        if truncated.any():  # auto-reset: the new episodes' first observations, in this step
+            ended = np.flatnonzero(truncated)
+            self._nodes = after.copy()
+            self._nodes[ended] = self._initial_graphs(len(ended))
+            self._weight = self._weight.copy()
+            self._weight[ended] = self._weights(len(ended))
+            obs, self._mask, analytic = self._observation(self._nodes, self._weight)
+            self._cost = after_cost.copy()
+            self._cost[ended] = analytic[ended]
+            self._start_costs(ended)
+        timestep = TimeStep(obs, reward, terminated, truncated, final_obs, episode_return, episode_length)
+        return HostStep(timestep, episode_end)
+
+    @property
+    def graphs(self) -> np.ndarray:
+        """`bool [B, N, N]`: the current graphs."""
+        return self._nodes.copy()
+
+    def metrics(self) -> dict[str, float]:
+        """The reward pool's metrics (syntheses/s, cache hit rate, reward wait), or {}."""
+        return {} if self.pool is None else self.pool.metrics()
+
+    def close(self) -> None:
+        """Nothing of its own to release: a shared pool outlives its environments."""
+        self._pending = None
+
+
+def prefix_host_specs(env_id: str, max_episode_steps: int | None = None) -> tuple[MaskedObs, DiscreteSpec]:
+    """Observation and action specs of a host prefix-adder id, checking that synthesis is
+    available where the id asks for it (SynthesisUnavailable otherwise)."""
+    kwargs = parse_host_id(env_id)
+    if kwargs is None:
+        raise ValueError(f"not a prefix-adder id: {env_id!r}")
+    if kwargs.pop("synthesis"):
+        find_synthesis()
+    env = PrefixAdderEnv(horizon=max_episode_steps, **kwargs)
+    return env.observation_spec(None), env.action_spec(None)
+
+
+def make_prefix_host_env(env_id: str, num_envs: int, seed: int, max_episode_steps: int | None = None) -> PrefixHostEnv:
+    """The host environment an id names (`PrefixAdderSynth-32` uses the process's shared
+    synthesis pool and `default_cache_path()`)."""
+    kwargs = parse_host_id(env_id)
+    if kwargs is None:
+        raise ValueError(f"not a prefix-adder id: {env_id!r}")
+    pool = shared_reward_pool() if kwargs.pop("synthesis") else None
+    return PrefixHostEnv(num_envs, seed, horizon=max_episode_steps, pool=pool, **kwargs)

@@ -1,0 +1,205 @@
+"""Reward CPUs (Raptor, PrefixRL): a pool of synthesis workers with a persistent cache.
+
+Actors `submit` graphs and carry on; each request is a `concurrent.futures.Future` of
+`(area, delay)`. `wait` collects a batch of them with a deadline (a bounded wait: an actor
+never blocks longer, it gets `RewardTimeout`). The pool takes any `Executor`: by default a
+process pool over this host's CPUs; a Dask or Ray executor turns remote machines into
+reward CPUs. Under several processes, each process (host) builds its own pool.
+
+Costs are cached by graph, flow and library (`SynthesisSpec.identity`), in memory and in an
+append-only JSON-lines file: a resumed run, or any later run with the same cache file,
+never synthesises a graph twice. A graph already being synthesised is not submitted again.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import functools
+import hashlib
+import json
+import multiprocessing
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from podracer.envs.prefix.synthesis import SynthesisResult, SynthesisSpec, synthesize
+
+Evaluate = Callable[[np.ndarray], SynthesisResult]
+
+
+class RewardTimeout(TimeoutError):
+    """Synthesis results did not arrive within the bounded wait."""
+
+
+def graph_key(nodes: np.ndarray, identity: str) -> str:
+    """Cache key of a graph under a flow and library: its size and packed grid, hashed."""
+    nodes = np.asarray(nodes, bool)
+    packed = np.packbits(nodes.ravel()).tobytes()
+    return hashlib.sha256(f"{nodes.shape[0]}|{identity}|".encode() + packed).hexdigest()[:32]
+
+
+def analytic_cost(nodes: np.ndarray, fanout_weight: float = 0.0) -> SynthesisResult:
+    """The analytic cost as a pool evaluation: area = node count, delay = level (or the
+    fanout-aware arrival time). Identity for caches: `f"analytic-{fanout_weight:g}"`."""
+    from podracer.envs.prefix.graph import area, delay
+
+    return SynthesisResult(float(area(nodes)), float(delay(nodes, fanout_weight)), 0.0)
+
+
+def default_executor(workers: int | None = None) -> cf.Executor:
+    """A process pool over this host's CPUs. Its processes are spawned (not forked: forking
+    a process that runs JAX's threads can deadlock)."""
+    return cf.ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1,
+                                  mp_context=multiprocessing.get_context("spawn"))
+
+
+class RewardPool:
+    """Costs of prefix graphs from workers, cached.
+
+    spec:       a `SynthesisSpec` (synthesis by `synthesize` in the workers), or
+    evaluate:   any picklable `nodes -> SynthesisResult` with its own `identity` string
+                (e.g. an analytic cost, or a stand-in in tests).
+    executor:   where evaluations run; None: `default_executor(workers)` (owned, shut down
+                by `close`). Results are cached in the submitting process. A script that
+                uses the default process pool needs Python's `if __name__ == "__main__":`
+                guard (spawned workers import the main module); a `ThreadPoolExecutor`
+                does not, and parallelises synthesis as well, since each synthesis runs in
+                its own `yosys-abc` process.
+    cache_path: the JSON-lines cache file (created if missing; None: memory only).
+    """
+
+    def __init__(self, spec: SynthesisSpec | None = None, *, evaluate: Evaluate | None = None,
+                 identity: str | None = None, executor: cf.Executor | None = None,
+                 cache_path: str | None = None, workers: int | None = None) -> None:
+        if (spec is None) == (evaluate is None):
+            raise ValueError("give either a SynthesisSpec or an evaluate function (with its identity)")
+        if spec is not None:
+            evaluate, identity = functools.partial(synthesize, spec=spec), spec.identity
+        if not identity:
+            raise ValueError("an evaluate function needs an identity string for the cache")
+        self.identity = identity
+        self._evaluate = evaluate
+        self._owned = executor is None
+        self._executor = default_executor(workers) if executor is None else executor
+        self._lock = threading.Lock()
+        self._cache: dict[str, tuple[float, float]] = {}
+        self._inflight: dict[str, cf.Future] = {}
+        self._cache_path = cache_path
+        self._requests = self._hits = self._syntheses = 0
+        self._synthesis_s = self._wait_s = 0.0
+        self._first_submit: float | None = None
+        self._last_done: float | None = None
+        if cache_path is not None:
+            self._load(cache_path)
+
+    # --- cache ------------------------------------------------------------------------
+    def _load(self, path: str) -> None:
+        if not os.path.exists(path):
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            return
+        with open(path) as f:
+            text = f.read()
+        for line in text.splitlines():
+            try:
+                row = json.loads(line)
+                self._cache[row["key"]] = (float(row["area"]), float(row["delay"]))
+            except (ValueError, KeyError, TypeError):
+                continue  # a line cut by a crash mid-write: that graph is synthesised again
+        if text and not text.endswith("\n"):  # end the cut line, so new rows start their own
+            with open(path, "a") as f:
+                f.write("\n")
+
+    def _store(self, key: str, result: SynthesisResult) -> None:
+        with self._lock:
+            self._cache[key] = (result.area, result.delay)
+            self._inflight.pop(key, None)
+            self._syntheses += 1
+            self._synthesis_s += result.seconds
+            self._last_done = time.perf_counter()
+            if self._cache_path is not None:
+                with open(self._cache_path, "a") as f:
+                    f.write(json.dumps({"key": key, "area": result.area, "delay": result.delay}) + "\n")
+
+    def cached(self, nodes: np.ndarray) -> tuple[float, float] | None:
+        return self._cache.get(graph_key(nodes, self.identity))
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+    # --- requests ---------------------------------------------------------------------
+    def submit(self, nodes: np.ndarray) -> cf.Future:
+        """A future of the graph's `(area, delay)`; never blocks."""
+        key = graph_key(nodes, self.identity)
+        with self._lock:
+            self._requests += 1
+            if key in self._cache:
+                self._hits += 1
+                future: cf.Future = cf.Future()
+                future.set_result(self._cache[key])
+                return future
+            if key in self._inflight:
+                self._hits += 1  # a duplicate request costs no synthesis
+                return self._inflight[key]
+            if self._first_submit is None:
+                self._first_submit = time.perf_counter()
+            result = cf.Future()
+            self._inflight[key] = result
+        work = self._executor.submit(self._evaluate, np.asarray(nodes, bool))
+
+        def done(work: cf.Future) -> None:
+            error = work.exception()
+            if error is not None:
+                with self._lock:
+                    self._inflight.pop(key, None)
+                result.set_exception(error)
+                return
+            self._store(key, work.result())
+            result.set_result(self._cache[key])
+
+        work.add_done_callback(done)
+        return result
+
+    def wait(self, futures: Sequence[cf.Future], timeout_s: float) -> np.ndarray:
+        """`float64 [len(futures), 2]` (area, delay); waits at most `timeout_s` in all and
+        raises RewardTimeout if some are still missing then (errors are re-raised)."""
+        start = time.perf_counter()
+        _, pending = cf.wait(futures, timeout=timeout_s)
+        with self._lock:
+            self._wait_s += time.perf_counter() - start
+        if pending:
+            raise RewardTimeout(f"{len(pending)} of {len(futures)} synthesis results did not arrive within "
+                                f"{timeout_s:g} s; more reward workers or a longer reward timeout are needed")
+        return np.array([f.result() for f in futures], np.float64).reshape(len(futures), 2)
+
+    def costs(self, graphs: Sequence[np.ndarray], timeout_s: float = 600.0) -> np.ndarray:
+        """Submit and wait: `[len(graphs), 2]` (area, delay)."""
+        return self.wait([self.submit(g) for g in graphs], timeout_s)
+
+    def metrics(self) -> dict[str, float]:
+        """Syntheses run and per second (since the first one was submitted), mean seconds
+        per synthesis, requests, cache hit rate, seconds spent waiting in `wait`."""
+        with self._lock:
+            span = (self._last_done - self._first_submit) if self._last_done and self._first_submit else 0.0
+            return {
+                "syntheses": self._syntheses,
+                "syntheses_per_s": self._syntheses / span if span > 0 else 0.0,
+                "synthesis_s_mean": self._synthesis_s / self._syntheses if self._syntheses else 0.0,
+                "reward_requests": self._requests,
+                "cache_hit_rate": self._hits / self._requests if self._requests else 0.0,
+                "reward_wait_s": self._wait_s,
+                "cached_graphs": len(self._cache),
+            }
+
+    def close(self) -> None:
+        """Shut down the executor if the pool made it (pending work is cancelled)."""
+        if self._owned:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> RewardPool:  # noqa: PYI034 (no subclasses)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

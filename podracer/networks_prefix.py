@@ -1,0 +1,65 @@
+"""PrefixRL's Q-network (Roy et al., DAC 2021): fully convolutional over the prefix grid, with
+separate area and delay Q-maps.
+
+The grid observation `[B, N, N, C]` (`podracer.envs.prefix.env`) goes through a 3x3
+convolution and residual blocks that keep the N x N resolution, then a 1x1 convolution gives
+4 values per cell: Q for (area, delay) x (add, delete). They are laid out as
+`[B, 2 objectives, 2 * N * N]`, the action index being `kind * N * N + i * N + j` like the
+environment's, and scalarised with the area weight w: `w Q_area + (1 - w) Q_delay`.
+Having no dense layer, the same parameters serve any adder width N.
+
+Not wired into DQN yet (that needs masked acting and per-objective rewards).
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from podracer.networks import orthogonal
+
+OBJECTIVES = ("area", "delay")
+
+
+def q_maps_to_actions(cells: jax.Array) -> jax.Array:
+    """Per-cell values `[..., N, N, 4]` (channel `objective * 2 + kind`) to
+    `[..., 2 objectives, 2 * N * N]` indexed like the environment's actions."""
+    *batch, n, _, _ = cells.shape
+    maps = cells.reshape(*batch, n, n, 2, 2)  # [..., i, j, objective, kind]
+    maps = jnp.moveaxis(maps, (-2, -1), (-5, -4))  # [..., objective, kind, i, j]
+    return maps.reshape(*batch, 2, 2 * n * n)
+
+
+def scalarize(q: jax.Array, area_weight: jax.Array) -> jax.Array:
+    """`[B, 2, A]` Q-maps and weights `[B]` (or a scalar) to `w Q_area + (1 - w) Q_delay`,
+    `[B, A]`."""
+    w = jnp.asarray(area_weight, q.dtype)
+    w = w.reshape(w.shape + (1,) * (q.ndim - 1 - w.ndim)) if w.ndim else w
+    return w * q[..., 0, :] + (1.0 - w) * q[..., 1, :]
+
+
+class _Block(nn.Module):
+    channels: int
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        y = nn.Conv(self.channels, (3, 3), padding="SAME", kernel_init=orthogonal())(nn.relu(x))
+        y = nn.Conv(self.channels, (3, 3), padding="SAME", kernel_init=orthogonal())(nn.relu(y))
+        return x + y
+
+
+class PrefixQNetwork(nn.Module):
+    """`obs [B, N, N, C] -> q [B, 2 objectives, 2 * N * N]` (area, delay), fully
+    convolutional; `blocks` residual blocks of `channels` 3x3 convolutions."""
+
+    blocks: int = 4
+    channels: int = 32
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> jax.Array:
+        x = nn.Conv(self.channels, (3, 3), padding="SAME", kernel_init=orthogonal())(obs.astype(jnp.float32))
+        for _ in range(self.blocks):
+            x = _Block(self.channels)(x)
+        cells = nn.Conv(4, (1, 1), kernel_init=orthogonal(1.0), name="q_maps")(nn.relu(x))
+        return q_maps_to_actions(cells)

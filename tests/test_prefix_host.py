@@ -1,0 +1,207 @@
+"""The prefix-adder host environment (Sebulba) and its reward pool: agreement with the JAX
+form, the cache that never synthesises a graph twice, bounded waits, and synthesis with
+Yosys/ABC (skipped where Yosys is not installed)."""
+
+import concurrent.futures as cf
+import json
+import threading
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from podracer.config import EnvConfig
+from podracer.envs.base import EnvState
+from podracer.envs.host import host_env_specs, make_host_env
+from podracer.envs.prefix import graph as G
+from podracer.envs.prefix import synthesis
+from podracer.envs.prefix.builders import classic_adders, sklansky
+from podracer.envs.prefix.env import PrefixAdderEnv
+from podracer.envs.prefix.host_env import PrefixHostEnv, prefix_host_specs
+from podracer.envs.prefix.reward_pool import RewardPool, RewardTimeout, analytic_cost
+from podracer.envs.prefix.synthesis import SynthesisResult, SynthesisUnavailable, find_synthesis
+
+needs_yosys = pytest.mark.skipif(not synthesis.synthesis_available(),
+                                 reason=f"Yosys/ABC or the cell library is missing (apt-get install "
+                                        f"{synthesis.APT_PACKAGES})")
+
+
+def random_graphs(n, count, seed):
+    rng = np.random.default_rng(seed)
+    return np.stack([G.random_graph(rng, n, rng.random() * 0.3) for _ in range(count)])
+
+
+def test_host_and_jax_forms_agree_on_dynamics_observations_and_rewards():
+    """Same start graphs, same actions: same graphs, masks, observations, rewards and
+    truncations, through auto-resets (both forms reset to Sklansky here)."""
+    n, num_envs, steps = 8, 5, 11
+    kwargs = {"area_weight": 0.4, "horizon": 4, "reset": "sklansky", "fanout_weight": 0.25}
+    jax_env = PrefixAdderEnv(n, **kwargs)
+    host = PrefixHostEnv(num_envs, seed=0, bits=n, **kwargs)
+    start = random_graphs(n, num_envs, seed=1)
+    host_obs = host.set_graphs(start, np.full(num_envs, 0.4))
+    inner, jax_obs = jax.vmap(jax_env.make_state, in_axes=(0, None))(jnp.asarray(start), 0.4)
+    state = EnvState(inner, jnp.zeros(num_envs, jnp.int32), jnp.zeros(num_envs, jnp.float32))
+    step = jax.jit(jax.vmap(jax_env.step))
+    rng = np.random.default_rng(2)
+    truncations = []
+    for t in range(steps):
+        np.testing.assert_allclose(host_obs.obs, jax_obs.obs, rtol=1e-6)
+        np.testing.assert_array_equal(host_obs.action_mask, jax_obs.action_mask)
+        action = np.array([rng.choice(np.flatnonzero(m)) for m in host_obs.action_mask])
+        action[0] = 0  # illegal: both leave the graph alone
+        host.send(action)
+        out = host.recv().timestep
+        state, timestep = step(jax.random.split(jax.random.key(t), num_envs), state, jnp.asarray(action))
+        np.testing.assert_allclose(out.reward, timestep.reward, rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(out.truncated, timestep.truncated)
+        np.testing.assert_allclose(out.final_obs.obs, timestep.final_obs.obs, rtol=1e-6)
+        np.testing.assert_allclose(out.episode_return, timestep.episode_return, rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(host.graphs, state.inner.nodes)
+        host_obs, jax_obs = out.obs, timestep.obs
+        truncations.append(out.truncated.all())
+    assert np.flatnonzero(truncations).tolist() == [3, 7]
+
+
+def test_host_env_by_id_and_its_specs():
+    env = make_host_env(EnvConfig("PrefixAdder-8-w0.5", max_episode_steps=3), num_envs=2, seed=0)
+    obs_spec, action_spec = host_env_specs(EnvConfig("PrefixAdder-8-w0.5"))
+    assert env.observation_spec == obs_spec and env.action_spec == action_spec
+    assert obs_spec.obs.shape == (8, 8, 4) and obs_spec.action_mask.shape == (128,)
+    obs = env.reset()
+    assert obs.obs.shape == (2, 8, 8, 4) and obs.action_mask.dtype == bool
+    for _ in range(3):
+        env.send(np.array([np.flatnonzero(m)[0] for m in obs.action_mask]))
+        step = env.recv()
+        obs = step.timestep.obs
+    assert step.timestep.truncated.all() and step.episode_end.all()
+
+
+def test_missing_yosys_is_one_line_naming_the_apt_packages(monkeypatch):
+    monkeypatch.setattr(synthesis.shutil, "which", lambda name: None)
+    with pytest.raises(SynthesisUnavailable, match="apt-get install yosys qflow-tech-osu018") as error:
+        prefix_host_specs("PrefixAdderSynth-16")
+    assert "\n" not in str(error.value)
+    from podracer.config import ConfigError
+    from sebulba.runner import setup
+    from experiments.overrides import apply_overrides
+    from experiments.presets import PRESETS
+
+    config = apply_overrides(PRESETS["dqn-cartpole-sebulba"](), ["--env.id", "PrefixAdderSynth-16"])
+    with pytest.raises(ConfigError, match="env.id: synthesis rewards need .* apt-get install yosys"):
+        setup(config)
+
+
+class CountingCost:
+    """An analytic cost that counts its calls (threads share it) and can be slowed down."""
+
+    def __init__(self, delay_s=0.0):
+        self.calls, self.delay_s, self.lock = 0, delay_s, threading.Lock()
+
+    def __call__(self, nodes):
+        with self.lock:
+            self.calls += 1
+        time.sleep(self.delay_s)
+        return SynthesisResult(float(G.area(nodes)), G.delay(nodes), self.delay_s)
+
+
+def test_reward_pool_cache_persists_and_a_resumed_run_never_synthesises_twice(tmp_path):
+    path = str(tmp_path / "cache" / "costs.jsonl")
+    graphs = list(random_graphs(8, 12, seed=3)) + list(classic_adders(8).values())
+    count = CountingCost()
+    with RewardPool(evaluate=count, identity="analytic", executor=cf.ThreadPoolExecutor(2), cache_path=path) as pool:
+        costs = pool.costs(graphs + graphs[:5], timeout_s=30)  # duplicates: cache or in-flight hits
+        unique = len({g.tobytes() for g in graphs})
+        assert count.calls == unique and pool.metrics()["syntheses"] == unique
+        assert pool.metrics()["cache_hit_rate"] == pytest.approx(1 - unique / (len(graphs) + 5))
+    np.testing.assert_array_equal(costs[:, 0], [G.area(g) for g in graphs + graphs[:5]])
+    with open(path, "a") as f:
+        f.write('{"key": "cut by a cra')  # a crash mid-write loses one line, nothing else
+    resumed = CountingCost()
+    with RewardPool(evaluate=resumed, identity="analytic", executor=cf.ThreadPoolExecutor(2), cache_path=path) as pool:
+        np.testing.assert_array_equal(pool.costs(graphs, timeout_s=30), costs[:len(graphs)])
+        assert resumed.calls == 0 and pool.metrics()["cache_hit_rate"] == 1.0
+        pool.costs([random_graphs(9, 1, seed=4)[0]], timeout_s=30)
+        assert resumed.calls == 1
+    other = CountingCost()  # another flow or library: nothing reused
+    with RewardPool(evaluate=other, identity="other-flow", executor=cf.ThreadPoolExecutor(1), cache_path=path) as pool:
+        pool.costs(graphs[-2:], timeout_s=30)  # Kogge-Stone and Brent-Kung
+        assert other.calls == 2
+    with open(path) as f:
+        assert all("key" in json.loads(line) for line in f.read().splitlines()[-3:])
+
+
+def test_reward_pool_waits_are_bounded_and_errors_surface():
+    slow = CountingCost(delay_s=2.0)
+    with RewardPool(evaluate=slow, identity="slow", executor=cf.ThreadPoolExecutor(1)) as pool:
+        future = pool.submit(sklansky(8))  # returns at once
+        start = time.perf_counter()
+        with pytest.raises(RewardTimeout, match="did not arrive within 0.2 s"):
+            pool.wait([future], timeout_s=0.2)
+        assert time.perf_counter() - start < 1.5
+        assert pool.wait([future], timeout_s=30)[0, 0] == G.area(sklansky(8))
+
+    def broken(nodes):
+        raise RuntimeError("abc crashed")
+
+    with RewardPool(evaluate=broken, identity="broken", executor=cf.ThreadPoolExecutor(1)) as pool, \
+            pytest.raises(RuntimeError, match="abc crashed"):
+        pool.costs([sklansky(8)], timeout_s=30)
+
+
+def test_reward_pool_default_executor_is_a_process_pool(tmp_path):
+    with RewardPool(evaluate=analytic_cost, identity="analytic", workers=1) as pool:
+        assert isinstance(pool._executor, cf.ProcessPoolExecutor)
+        costs = pool.costs(list(classic_adders(16).values()), timeout_s=240)
+    np.testing.assert_array_equal(costs, [[G.area(g), G.delay(g)] for g in classic_adders(16).values()])
+
+
+@needs_yosys
+def test_structure_preserving_synthesis_keeps_the_classic_order_at_32_bits():
+    spec = find_synthesis()
+    got = {name: synthesis.synthesize(g, spec) for name, g in classic_adders(32).items()}
+    delay = {name: r.delay for name, r in got.items()}
+    area = {name: r.area for name, r in got.items()}
+    assert delay["kogge-stone"] < delay["sklansky"] < delay["brent-kung"] < delay["ripple"], delay
+    assert area["ripple"] < area["brent-kung"] < area["sklansky"] < area["kogge-stone"], area
+
+
+@needs_yosys
+def test_synthesis_mapping_is_equivalent_to_the_netlist(tmp_path):
+    """ABC's combinational equivalence check: the mapped adder equals the graph's netlist."""
+    from podracer.envs.prefix.netlist import to_blif
+
+    spec = find_synthesis()
+    nodes = random_graphs(16, 1, seed=7)[0]
+    reference = tmp_path / "reference.blif"
+    reference.write_text(to_blif(nodes))
+    checked = synthesis.SynthesisSpec(spec.abc, spec.liberty, f"{spec.flow}; cec {reference}")
+    assert "Networks are equivalent" in synthesis.run_abc(to_blif(nodes), checked)
+    wrong = tmp_path / "wrong.blif"
+    wrong.write_text(to_blif(nodes).replace("\n11 1\n", "\n10 1\n", 1))  # g_0 = a_0 & ~b_0
+    broken = synthesis.SynthesisSpec(spec.abc, spec.liberty, f"{spec.flow}; cec {wrong}")
+    assert "Networks are equivalent" not in synthesis.run_abc(to_blif(nodes), broken)
+
+
+@needs_yosys
+def test_synthesis_host_env_rewards_are_synthesised_cost_changes(tmp_path):
+    spec = find_synthesis()
+    pool = RewardPool(spec, executor=cf.ThreadPoolExecutor(2), cache_path=str(tmp_path / "c.jsonl"))
+    env = PrefixHostEnv(3, seed=0, bits=8, area_weight=0.5, reset="ripple", pool=pool, horizon=10)
+    obs = env.reset()
+    before = env.graphs
+    action = np.array([np.flatnonzero(m)[k] for k, m in enumerate(obs.action_mask)])
+    action[2] = 0  # illegal: no change, reward 0
+    env.send(action)
+    reward = env.recv().timestep.reward
+    ref = synthesis.synthesize(sklansky(8), spec)
+    for b in range(2):
+        old, new = synthesis.synthesize(before[b], spec), synthesis.synthesize(env.graphs[b], spec)
+        expected = 0.5 * (old.area - new.area) / ref.area + 0.5 * (old.delay - new.delay) / ref.delay
+        assert reward[b] == pytest.approx(expected, rel=1e-5)
+    assert reward[2] == 0.0
+    metrics = env.metrics()
+    assert metrics["syntheses"] >= 3 and metrics["reward_wait_s"] > 0 and 0 < metrics["cache_hit_rate"] < 1
+    pool.close()

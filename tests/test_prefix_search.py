@@ -1,0 +1,138 @@
+"""Pareto fronts, hypervolume, the search baselines under a budget of unique syntheses, and
+the prefix-baseline / prefix-front commands."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from experiments.cli import main
+from podracer.envs.prefix import graph as G
+from podracer.envs.prefix import synthesis
+from podracer.envs.prefix.builders import classic_adders, sklansky
+from podracer.envs.prefix.front import (Design, dominates, hypervolume, nodes_from_rows, pareto_front,
+                                        read_designs, write_designs)
+from podracer.envs.prefix.netlist import check_adds
+from podracer.envs.prefix.search import anneal, random_search
+from experiments.prefix import make_pool
+
+def test_pareto_front_and_hypervolume_by_hand():
+    points = np.array([[3, 1], [1, 3], [2, 2], [2, 3], [3, 3], [1, 3], [4, 0.5]])
+    np.testing.assert_array_equal(pareto_front(points), [1, 2, 0, 6])
+    assert dominates((2, 2), (2, 3)) and not dominates((2, 2), (2, 2)) and not dominates((1, 3), (2, 2))
+    # Staircase under the reference (4, 4): [1,2]x[3,4] + [2,3]x[2,4] + [3,4]x[1,4] = 1 + 2 + 3.
+    assert hypervolume(points, (4, 4)) == pytest.approx(6.0)
+    assert hypervolume(points, (5, 4)) == pytest.approx(6.0 + 3.5)  # (4, 0.5) adds [4,5]x[0.5,4]
+    assert hypervolume(np.array([[5, 5]]), (4, 4)) == 0.0
+    rng = np.random.default_rng(0)  # against a Monte Carlo estimate
+    cloud = rng.random((30, 2))
+    samples = rng.random((200_000, 2))
+    covered = (samples[:, None, :] >= cloud[None]).all(-1).any(-1).mean()
+    assert hypervolume(cloud, (1, 1)) == pytest.approx(covered, abs=0.01)
+
+
+def test_designs_round_trip_through_the_file(tmp_path):
+    designs = [Design(g, float(G.area(g)), G.delay(g)) for g in classic_adders(12).values()]
+    path = str(tmp_path / "designs.jsonl")
+    write_designs(path, designs, "analytic-0")
+    back, model = read_designs(str(tmp_path))
+    assert model == "analytic-0" and len(back) == 4
+    for a, b in zip(designs, back):
+        np.testing.assert_array_equal(a.nodes, b.nodes)
+        assert (a.area, a.delay) == (b.area, b.delay)
+    with pytest.raises(ValueError, match="not a legal prefix graph"):
+        nodes_from_rows(["1", "11", "101", "1101"])  # (3, 2)... (3, 1)'s lower parent (2, 1) missing
+    with pytest.raises(ValueError, match="does not exist"):
+        read_designs(str(tmp_path / "nowhere"))
+
+
+@pytest.mark.parametrize("method", ["anneal", "random"])
+def test_search_spends_exactly_its_budget_of_distinct_designs(method):
+    pool, _ = make_pool("analytic")
+    with pool:
+        search = anneal if method == "anneal" else random_search
+        result = search(pool, 16, budget=40, seed=1)
+    assert len(result.designs) == 40
+    assert len({d.nodes.tobytes() for d in result.designs}) == 40
+    for d in result.designs:
+        assert G.is_legal(d.nodes) and d.area == G.area(d.nodes) and d.delay == G.delay(d.nodes)
+    assert result.reference == (G.area(sklansky(16)), G.delay(sklansky(16)))
+
+
+def test_annealing_beats_random_search_and_sklansky_on_the_analytic_cost():
+    pool, _ = make_pool("analytic")
+    with pool:
+        annealed = anneal(pool, 16, budget=150, seed=0)
+        sampled = random_search(pool, 16, budget=150, seed=0)
+    reference = (60.0, 16.0)
+
+    def volume(result):
+        return hypervolume(np.array([[d.area, d.delay] for d in result.designs]), reference)
+
+    assert volume(annealed) > volume(sampled)
+    skl = (G.area(sklansky(16)), G.delay(sklansky(16)))
+    assert any(dominates((d.area, d.delay), skl) for d in annealed.designs)
+
+
+def test_prefix_baseline_command_writes_the_front_as_verilog_that_adds(tmp_path, capsys):
+    out = str(tmp_path / "anneal")
+    main(["prefix-baseline", "--bits", "8", "--method", "anneal", "--budget", "30", "--cost", "analytic",
+          "--out", out, "--json"])
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["designs"] == 30 and summary["budget"] == 30 and os.path.exists(summary["plot"])
+    assert 0 < summary["hypervolume"] < 1 and len(summary["verilog"]) == len(summary["front"])
+    designs, _ = read_designs(out)
+    front = sorted((p["area"], p["delay"]) for p in summary["front"])
+    for d in designs:  # nothing evaluated dominates the front
+        assert not any(dominates((d.area, d.delay), point) for point in front)
+    for path in summary["verilog"]:
+        with open(path) as f:
+            text = f.read()
+        module = os.path.basename(path).split("_area")[0]
+        assert f"module {module}(input [7:0] a, input [7:0] b, output [8:0] s);" in text
+    # The .v files hold the front's graphs: their netlists add.
+    for d in designs:
+        if (d.area, d.delay) in front:
+            check_adds(d.nodes, samples=100)
+    # prefix-front on the same directory gives the same front.
+    main(["prefix-front", out, "--json"])
+    again = json.loads(capsys.readouterr().out)
+    assert again["front"] == summary["front"] and again["hypervolume"] == summary["hypervolume"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["prefix-baseline", "--bits", "2", "--out", "{tmp}/x", "--cost", "analytic"], "--bits must be >= 3"),
+    (["prefix-baseline", "--budget", "0", "--out", "{tmp}/x", "--cost", "analytic"], "--budget must be >= 1"),
+    (["prefix-baseline", "--method", "genetic", "--out", "{tmp}/x"], "invalid choice: 'genetic'"),
+    (["prefix-baseline", "--out", "/proc/nope", "--cost", "analytic"], "--out '/proc/nope' is not writable"),
+    (["prefix-front", "{tmp}"], "designs.jsonl does not exist"),
+])
+def test_prefix_commands_user_errors_exit_2_with_one_line(tmp_path, capsys, args, message):
+    with pytest.raises(SystemExit) as exit_info:
+        main([a.replace("{tmp}", str(tmp_path)) for a in args])
+    stderr = capsys.readouterr().err
+    assert exit_info.value.code == 2, stderr
+    assert message in stderr and len(stderr.strip().splitlines()) == 1, stderr
+
+
+def test_prefix_baseline_without_yosys_exits_2_naming_the_packages(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(synthesis.shutil, "which", lambda name: None)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["prefix-baseline", "--bits", "8", "--budget", "5", "--out", str(tmp_path / "x")])
+    stderr = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "apt-get install yosys qflow-tech-osu018" in stderr
+    assert len(stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.skipif(not synthesis.synthesis_available(),
+                    reason=f"Yosys/ABC or the cell library is missing (apt-get install {synthesis.APT_PACKAGES})")
+def test_synthesis_baseline_end_to_end_and_a_rerun_synthesises_nothing(tmp_path):
+    from experiments.prefix import run_baseline
+
+    cache = str(tmp_path / "cache.jsonl")
+    first = run_baseline(8, "random", 10, str(tmp_path / "a"), cost="synthesis", workers=1, cache_path=cache)
+    assert first["designs"] == 10 and first["syntheses"] >= 10 and first["model"].startswith("synthesis:")
+    again = run_baseline(8, "random", 10, str(tmp_path / "b"), cost="synthesis", workers=1, cache_path=cache)
+    assert again["syntheses"] == 0 and again["cache_hit_rate"] == 1.0
+    assert again["front"] == first["front"]
