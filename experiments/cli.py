@@ -97,13 +97,16 @@ def resolve_config(preset: str, overrides: list[str]):
 
 def cmd_list() -> None:
     from experiments.presets import PRESETS
-    from podracer.agents import ALGORITHMS
+    from podracer.agents import algorithms
     from podracer.envs import jax_env_ids
 
     print("presets:")
     for name, make in PRESETS.items():
         print(f"  {name:28s} {(make.__doc__ or '').strip().splitlines()[0]}")
-    print("algorithms:\n  " + ", ".join(ALGORITHMS))
+    print("algorithms:")
+    for name, algorithm in algorithms().items():
+        spaces = ", ".join(space.__name__ for space in algorithm.action_spaces)
+        print(f"  {name:28s} {algorithm.config.__name__}: {spaces}{', action masks' if algorithm.masks else ''}")
     print("environments (Anakin, JAX):\n  " + ", ".join(jax_env_ids()))
     from podracer.envs.envpool_env import envpool_ids
 

@@ -23,7 +23,7 @@ def check(ok: bool, field: str, requirement: str, value: Any) -> None:
         raise ConfigError(f"{field} {requirement}, got {value!r}")
 
 
-HOST_BACKENDS = ("auto", "envpool", "gymnasium")
+HOST_BACKENDS = ("auto", "envpool", "gymnasium", "jax")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,7 +35,7 @@ class EnvConfig:
     """
 
     id: str = "CartPole-v1"
-    backend: str = "auto"  # host envs: "auto" (EnvPool if it has the id, else Gymnasium), "envpool", "gymnasium"
+    backend: str = "auto"  # host envs: "auto" (EnvPool, else Gymnasium, else a JAX env), "envpool", "gymnasium", "jax"
     max_episode_steps: int | None = None  # time limit in agent steps; None: the env's own (Atari: 27000)
     episodic_life: bool = False  # Atari: a lost life ends the learner's episode; returns are logged per game
     reward_clip: bool = False  # Atari: the learner sees sign(reward); returns are logged unclipped

@@ -11,7 +11,7 @@ from jax.sharding import PartitionSpec as P
 import anakin
 from experiments.presets_impala import IMPALA_PRESETS, impala_cartpole_anakin, ppo_vtrace_cartpole_anakin
 from podracer import parallel
-from podracer.agents import ALGORITHMS, FACTORIES, ImpalaConfig, PPOConfig, make_agent
+from podracer.agents import ImpalaConfig, PPOConfig, algorithm_for, algorithms, make_agent
 from podracer.config import ConfigError
 from podracer.types import DiscreteSpec, ObsSpec, Trajectory
 
@@ -47,8 +47,8 @@ def test_config_errors_name_the_field():
 
 
 def test_registered():
-    assert ALGORITHMS["impala"] is ImpalaConfig
-    assert ImpalaConfig in FACTORIES
+    assert algorithms()["impala"].config is ImpalaConfig
+    assert algorithm_for(ImpalaConfig()).name == "impala"
     agent = make_agent(ImpalaConfig(), OBS_SPEC, ACTION_SPEC, num_updates=1, axis_name=None)
     assert set(agent._fields) == {"init", "act", "update", "greedy_act"}
     assert set(IMPALA_PRESETS) >= {"impala-cartpole-anakin"}
