@@ -199,7 +199,7 @@ class UpdateFn(Protocol):
         `axis_name=None`). **Metrics rule**: the returned metrics are scalars already
         averaged over that axis (device-invariant, identical on every device); runners
         never average them over devices again, only over updates and seeds, and they check
-        the rule (`podracer.agents.registry.run_update`). `key` may differ per device.
+        the rule (`podracer.agents.registry.checked_update`). `key` may differ per device.
         """
 
 

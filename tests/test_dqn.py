@@ -10,7 +10,7 @@ from jax.sharding import PartitionSpec as P
 
 import anakin
 from anakin import AnakinConfig
-from anakin.program import init_state, make_train_call
+from anakin.program import init_state, iteration_keys, make_train_call
 from anakin.rollout import rollout
 from experiments.presets_dqn import DQN_PRESETS
 from podracer import parallel
@@ -152,7 +152,7 @@ def test_anakin_program_equals_calling_update_directly():
     agent_state = jax.tree.map(lambda x: x[0], before.agent)
     agent_state = agent_state.replace(local=jax.tree.map(lambda x: x[0], agent_state.local))
     envs = jax.tree.map(lambda x: x[0], before.envs)
-    _, rollout_key, update_key = jax.random.split(before.key[0, 0], 3)
+    _, rollout_key, update_key = iteration_keys(before.key[0, 0])
     # One compiled program, not one per operation (each costs a compile on CPU).
     traj = jax.jit(lambda params, envs, key: rollout(env, env_params, direct.act, params, envs, key, 8)[1])(
         agent_state.params, envs, rollout_key)
