@@ -101,3 +101,16 @@ def test_ppo_vtrace_learns_cartpole():
     config = dataclasses.replace(ppo_vtrace_cartpole_anakin(), total_env_steps=300_000)
     rows = anakin.train(config).metrics
     assert first_steps_to(rows, 475) is not None, [r["episode_return"] for r in rows]
+
+
+def test_a_bad_minibatch_split_exits_2_before_the_run_directory_is_written(tmp_path, capsys):
+    """Issue #12 item 3: `--agent.num-minibatches 3` on impala-cartpole-anakin (32 envs per
+    device on 4 devices) used to pass setup, write the run directory and fail while tracing."""
+    from experiments.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "impala-cartpole-anakin", "--agent.num-minibatches", "3", "--run-dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_info.value.code == 2 and len(err) == 1, err
+    assert "agent.num_minibatches must divide the 32 environments of each device" in err[0], err
+    assert not (tmp_path / "run").exists()
