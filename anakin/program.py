@@ -2,7 +2,9 @@
 
 Per device and per seed, one host call runs `num_updates` iterations of
 `rollout (lax.scan over T steps of a vmapped env batch) -> agent.update` inside a
-`lax.fori_loop`; the agent averages gradients over the device axis with `lax.pmean`.
+`lax.fori_loop`; the agent averages gradients and its metrics over the device axis with
+`lax.pmean` (the metrics rule, checked by `checked_update`; the runner never averages them).
+Each iteration's keys come from `iteration_keys`, the public seam parity tests go through.
 Seeds are an outer `vmap`; devices are a `jax.shard_map` over a 1-D mesh. The trip count
 is a traced argument, so a short last call reuses the same executable.
 """
@@ -19,6 +21,7 @@ from jax.sharding import PartitionSpec as P
 
 from anakin.rollout import EnvCarry, EpisodeStats, reset_envs, rollout
 from podracer import parallel
+from podracer.agents.registry import checked_update
 from podracer.envs import JaxEnv
 from podracer.types import Agent, AgentState, PRNGKey
 
@@ -37,6 +40,21 @@ class RunnerState(NamedTuple):
     agent: AgentState
     envs: EnvCarry
     key: PRNGKey
+
+
+class IterationKeys(NamedTuple):
+    """The keys of one iteration on one device (and seed): `next` for the following one."""
+
+    next: PRNGKey
+    rollout: PRNGKey
+    update: PRNGKey
+
+
+def iteration_keys(key: PRNGKey) -> IterationKeys:
+    """How an iteration splits its device's key: the rollout acts with `rollout`, the
+    update gets `update`, and `next` carries on. Public so that a test can feed the same
+    trajectory and key to another runner (Sebulba's learner) and compare."""
+    return IterationKeys(*jax.random.split(key, 3))
 
 
 class CallMetrics(NamedTuple):
@@ -88,19 +106,20 @@ def make_train_call(
 ) -> Callable[[RunnerState, jax.Array], tuple[RunnerState, CallMetrics]]:
     """`(state, num_updates) -> (state, metrics)`, jitted, state donated."""
 
+    update = checked_update(agent.update, AXIS)
+
     def one_seed(agent_state: AgentState, envs: EnvCarry, key: PRNGKey, num_updates: jax.Array):
-        metric_shapes = jax.eval_shape(agent.update, agent_state, _trajectory_shape(agent_state, envs, key), key)[1]
+        metric_shapes = jax.eval_shape(update, agent_state, _trajectory_shape(agent_state, envs, key), key)[1]
         metric_sums = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), metric_shapes)
         stats = parallel.to_varying(EpisodeStats.zeros(), AXIS)
 
         def body(_, carry):
             agent_state, envs, key, stats, metric_sums = carry
-            key, rollout_key, update_key = jax.random.split(key, 3)
+            key, rollout_key, update_key = iteration_keys(key)
             envs, traj, episode_stats = rollout(
                 env, env_params, agent.act, agent_state.params, envs, rollout_key, rollout_length
             )
-            agent_state, metrics = agent.update(agent_state, traj, update_key)
-            metrics = jax.lax.pmean(metrics, AXIS)  # a no-op for agents that already average
+            agent_state, metrics = update(agent_state, traj, update_key)
             metric_sums = jax.tree.map(jnp.add, metric_sums, metrics)
             return agent_state, envs, key, stats + episode_stats, metric_sums
 

@@ -13,11 +13,11 @@ import numpy as np
 from anakin.config import AnakinConfig
 from anakin.program import AXIS, CallMetrics, RunnerState, init_state, make_train_call
 from podracer import parallel
-from podracer.agents import make_agent
+from podracer.agents import make_checked_agent
 from podracer.checkpoint import Checkpoints, NonFiniteError, Progress, describe_kept, finite_per_seed
 from podracer.config import Config, ConfigError, check
 from podracer.envs import JaxEnv, UnknownEnvError, make_jax_env
-from podracer.types import Agent
+from podracer.types import Agent, BatchShape
 
 MetricsCallback = Callable[[dict[str, Any]], None]
 
@@ -78,14 +78,12 @@ def compute_sizes(config: Config, num_devices: int) -> Sizes:
     num_updates = config.total_env_steps // steps_per_update
     check(num_updates >= 1, "total_env_steps",
           f"must be at least arch.num_envs * arch.rollout_length = {steps_per_update}", config.total_env_steps)
-    per_device_batch = arch.num_envs // num_devices * arch.rollout_length
-    if hasattr(config.agent, "check_batch"):
-        config.agent.check_batch(per_device_batch)
     return Sizes(num_devices, arch.num_envs // num_devices, steps_per_update, num_updates)
 
 
 def setup(config: Config) -> Setup:
-    """Everything but compilation: raises ConfigError on bad input, before any compile."""
+    """Everything but compilation: raises ConfigError on bad input (sizes, an agent paired
+    with an action space it does not support, a batch it cannot split), before any compile."""
     if not isinstance(config.arch, AnakinConfig):
         raise ConfigError(f"arch must be an AnakinConfig for the Anakin runner, got {type(config.arch).__name__}")
     try:
@@ -95,8 +93,9 @@ def setup(config: Config) -> Setup:
     devices = select_devices(config.arch.devices)
     sizes = compute_sizes(config, len(devices))
     env_params = env.default_params
-    agent = make_agent(
+    agent = make_checked_agent(
         config.agent, env.observation_spec(env_params), env.action_spec(env_params),
+        BatchShape(config.arch.rollout_length, sizes.envs_per_device), env_id=config.env.id,
         num_updates=sizes.num_updates, axis_name=AXIS,
     )
     return Setup(env, env_params, agent, parallel.make_mesh(devices, AXIS), sizes)

@@ -126,11 +126,11 @@ def cmd_list(width: int = 100) -> None:
     import textwrap
 
     from experiments.presets import PRESETS
-    from podracer.agents import ALGORITHMS
+    from podracer.agents import algorithms
     from podracer.envs import jax_env_ids
     from podracer.envs.envpool_env import envpool_ids
 
-    names = {config_cls: name for name, config_cls in ALGORITHMS.items()}
+    names = {algorithm.config: name for name, algorithm in algorithms().items()}
     groups: dict[tuple[str, str], list[tuple[str, str]]] = {}
     for preset, make in PRESETS.items():
         config = make()
@@ -145,7 +145,10 @@ def cmd_list(width: int = 100) -> None:
             print(f"    {preset}")
             if doc:
                 print(textwrap.fill(doc, width, initial_indent=" " * 8, subsequent_indent=" " * 8))
-    print("algorithms:\n  " + ", ".join(ALGORITHMS))
+    print("algorithms:")
+    for name, algorithm in algorithms().items():
+        spaces = ", ".join(space.__name__ for space in algorithm.action_spaces)
+        print(f"  {name:10s} {algorithm.config.__name__}: {spaces}{', action masks' if algorithm.masks else ''}")
     print("environments (Anakin, JAX):")
     print(textwrap.fill(", ".join(jax_env_ids()), width, initial_indent="  ", subsequent_indent="  ",
                         break_on_hyphens=False))

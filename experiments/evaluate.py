@@ -24,9 +24,9 @@ from podracer.checkpoint import Checkpointer, NoCheckpointError, checkpoint_dir
 from podracer.config import Config, ConfigError
 from podracer.envs import JaxEnv, UnknownEnvError, make_jax_env
 from podracer.envs.render import can_render
-from podracer.types import Array, DiscreteSpec, ObsSpec, Params, PRNGKey
+from podracer.types import ActionSpec, Array, ObservationSpec, Params, PRNGKey, network_obs_spec, split_mask
 
-Policy = Callable[[Params, Array, PRNGKey], Array]  # (params, obs [B, ...], key) -> action [B]
+Policy = Callable[[Params, Any, PRNGKey], Array]  # (params, obs [B, ...], key) -> action [B]
 
 
 class Loaded(NamedTuple):
@@ -87,7 +87,7 @@ def _make_env(config: Config) -> JaxEnv:
         raise ConfigError(f"env.id: {error}") from None
 
 
-def specs(config: Config, env: JaxEnv | None) -> tuple[ObsSpec, DiscreteSpec]:
+def specs(config: Config, env: JaxEnv | None) -> tuple[ObservationSpec, ActionSpec]:
     if env is None:
         from podracer.envs.host import host_env_specs
 
@@ -97,7 +97,7 @@ def specs(config: Config, env: JaxEnv | None) -> tuple[ObsSpec, DiscreteSpec]:
 
 def _check_video(env: JaxEnv | None, config: Config, path: str) -> None:
     if env is None:
-        if len(specs(config, None)[0].shape) != 3:
+        if len(network_obs_spec(specs(config, None)[0]).shape) != 3:
             raise ConfigError(f"--video: host environment {config.env.id!r} has no image observations to draw")
     elif not can_render(env):
         raise ConfigError(f"--video: environment {config.env.id!r} cannot render (it has no render(state) method)")
@@ -108,13 +108,13 @@ def _check_video(env: JaxEnv | None, config: Config, path: str) -> None:
         raise ConfigError("--video: writing .mp4 needs `pip install imageio imageio-ffmpeg`; use a .gif")
 
 
-def load_policy(run_dir: str, config: Config, obs_spec: ObsSpec, action_spec: DiscreteSpec, agent_seed: int,
+def load_policy(run_dir: str, config: Config, obs_spec: ObservationSpec, action_spec: ActionSpec, agent_seed: int,
                 sample: bool) -> Loaded:
     """The policy and parameters of seed `agent_seed` from the run's latest checkpoint."""
     num_seeds = getattr(config.arch, "num_seeds", 1)
     if not 0 <= agent_seed < num_seeds:
         raise ConfigError(f"--agent-seed must be in [0, {num_seeds}) for this run, got {agent_seed}")
-    agent = make_agent(config.agent, obs_spec, action_spec, num_updates=1, axis_name=None)
+    agent = make_agent(config.agent, obs_spec, action_spec, num_updates=1, axis_name=None, env_id=config.env.id)
     if not sample and agent.greedy_act is None:
         raise ConfigError(f"{type(config.agent).__name__} has no greedy policy; evaluate with --sample")
     abstract = jax.eval_shape(agent.init, jax.random.key(0)).params
@@ -149,7 +149,7 @@ def host_episode_returns(config: Config, policy: Policy, params: Params, key: PR
         obs = env.reset()
         while np.isnan(returns).any():
             if record and np.isnan(returns[0]):
-                frames.append(_frame(obs[0]))
+                frames.append(_frame(np.asarray(jax.tree.leaves(split_mask(obs)[0])[0][0])))
             key, act_key = jax.random.split(key)
             env.send(np.asarray(act(params, obs, act_key)))
             step = env.recv()
@@ -213,11 +213,11 @@ def _record(env: JaxEnv, policy: Policy, params: Params, key: PRNGKey) -> tuple[
     def step(carry, key):
         inner, obs, ended = carry
         act_key, step_key = jax.random.split(key)
-        action = policy(params, obs[None], act_key)[0]
+        action = policy(params, jax.tree.map(lambda x: x[None], obs), act_key)[0]
         next_inner, next_obs, _, terminated = env.step_env(step_key, inner, action, env_params)
         # Once the episode has ended, hold its last state.
-        next_inner = jax.tree.map(lambda new, old: jnp.where(ended, old, new), next_inner, inner)
-        next_obs = jnp.where(ended, obs, next_obs)
+        hold = lambda new, old: jnp.where(ended, old, new)  # noqa: E731
+        next_inner, next_obs = jax.tree.map(hold, next_inner, inner), jax.tree.map(hold, next_obs, obs)
         return (next_inner, next_obs, ended | terminated), (next_inner, ended | terminated)
 
     _, (states, ended) = jax.lax.scan(step, (inner, obs, jnp.bool_(False)), jax.random.split(key, limit))

@@ -40,15 +40,14 @@ def runner_for(config: Config) -> Any:
 
 
 def config_types() -> list[type]:
-    """Config classes a saved config.json may name: every algorithm's and every preset's."""
-    from experiments.presets import PRESETS
-    from podracer.agents import ALGORITHMS
+    """Config classes a saved config.json may name: every registered algorithm's config and
+    every architecture's."""
+    from anakin.config import AnakinConfig
+    from podracer.agents import registry
+    from sebulba.config import SebulbaConfig
 
-    types = set(ALGORITHMS.values())
-    for make in PRESETS.values():
-        preset = make()
-        types |= {type(preset.agent), type(preset.arch)}
-    return sorted(types, key=lambda cls: cls.__name__)
+    archs = (AnakinConfig, SebulbaConfig)
+    return sorted({*registry.config_classes(), *archs}, key=lambda cls: cls.__name__)
 
 
 def load_run_config(run_dir: str) -> Config:

@@ -23,7 +23,7 @@ def check(ok: bool, field: str, requirement: str, value: Any) -> None:
         raise ConfigError(f"{field} {requirement}, got {value!r}")
 
 
-HOST_BACKENDS = ("auto", "envpool", "gymnasium")
+HOST_BACKENDS = ("auto", "envpool", "gymnasium", "jax")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,8 +34,8 @@ class EnvConfig:
     the Atari fields apply to EnvPool's Atari games and are ignored elsewhere.
     """
 
-    id: str = "CartPole-v1"  # environment id: a JAX env (Anakin) or an EnvPool/Gymnasium id (Sebulba)
-    backend: str = "auto"  # host envs: "auto" (EnvPool if it has the id, else Gymnasium), "envpool", "gymnasium"
+    id: str = "CartPole-v1"  # environment id: a JAX env (Anakin) or an EnvPool/Gymnasium/JAX id (Sebulba)
+    backend: str = "auto"  # host envs: "auto" (EnvPool, else Gymnasium, else a JAX env), "envpool", "gymnasium", "jax"
     max_episode_steps: int | None = None  # time limit in agent steps; None: the env's own (Atari: 27000)
     episodic_life: bool = False  # Atari: a lost life ends the learner's episode; returns are logged per game
     reward_clip: bool = False  # Atari: the learner sees sign(reward); returns are logged unclipped

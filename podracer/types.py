@@ -6,7 +6,7 @@ through `jit`, `vmap`, `lax.scan` and `shard_map` unchanged.
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import jax
 import numpy as np
@@ -19,7 +19,11 @@ Metrics = dict[str, Array]
 
 
 class ObsSpec(NamedTuple):
-    """Shape and dtype of one observation (no batch axis)."""
+    """Shape and dtype of one observation array (no batch axis).
+
+    An environment's observation spec is a pytree with `ObsSpec` leaves shaped like its
+    observations: one `ObsSpec` for a plain array, `MaskedObs(ObsSpec, ObsSpec((A,), bool))`
+    for observations that carry legal-action masks (see `obs_spec_map`)."""
 
     shape: tuple[int, ...]
     dtype: Any
@@ -43,6 +47,21 @@ class BoxSpec(NamedTuple):
 ActionSpec = DiscreteSpec | BoxSpec
 
 
+def box_spec(shape: Any, low: Any, high: Any) -> BoxSpec:
+    """A `BoxSpec` with `low`/`high` as float32 arrays of `shape` (from any space's bounds)."""
+    shape = tuple(int(n) for n in shape)
+    bound = lambda x: np.broadcast_to(np.asarray(x, np.float32), shape).copy()  # noqa: E731
+    return BoxSpec(shape, bound(low), bound(high))
+
+
+def describe_action_spec(spec: ActionSpec) -> str:
+    """A short human description of an action space, for error messages."""
+    if isinstance(spec, DiscreteSpec):
+        return f"discrete actions ({spec.num_actions})"
+    low, high = np.asarray(spec.low).tolist(), np.asarray(spec.high).tolist()
+    return f"continuous actions (BoxSpec, shape {tuple(spec.shape)}, low {low}, high {high})"
+
+
 class MaskedObs(NamedTuple):
     """An observation that carries the legal actions of its state (e.g. the prefix-adder
     environment): `obs [...]` as any observation, `action_mask bool [A]`, True where the
@@ -51,6 +70,36 @@ class MaskedObs(NamedTuple):
 
     obs: Array
     action_mask: Array
+
+
+Observation = Any  # an array `[...]`, or a pytree of them such as `MaskedObs`
+ObservationSpec = Any  # an `ObsSpec`, or a pytree of them shaped like the observation
+
+
+def is_obs_spec(x: Any) -> bool:
+    return isinstance(x, ObsSpec)
+
+
+def obs_spec_map(fn: Any, spec: ObservationSpec) -> Any:
+    """`fn` applied to every `ObsSpec` leaf of an observation spec (kept whole, not flattened)."""
+    return jax.tree.map(fn, spec, is_leaf=is_obs_spec)
+
+
+def network_obs_spec(spec: ObservationSpec) -> ObsSpec:
+    """The part of an observation spec a network sees: the `obs` of a `MaskedObs`."""
+    return spec.obs if isinstance(spec, MaskedObs) else spec
+
+
+def split_mask(obs: Observation) -> tuple[Any, Array | None]:
+    """`(network input, action_mask or None)` of an observation or a batch of them."""
+    if isinstance(obs, MaskedObs):
+        return obs.obs, obs.action_mask
+    return obs, None
+
+
+def masked_obs_spec(obs_spec: ObsSpec, num_actions: int) -> MaskedObs:
+    """The spec of `MaskedObs` observations: `obs_spec` and a bool mask `[num_actions]`."""
+    return MaskedObs(obs_spec, ObsSpec((num_actions,), np.dtype(bool)))
 
 
 class TimeStep(NamedTuple):
@@ -82,7 +131,8 @@ class TimeStep(NamedTuple):
 class Trajectory(NamedTuple):
     """A time-major rollout, `[T, B, ...]`, as collected by a runner and fed to `update`.
 
-    obs:         observation the action was chosen at.
+    obs:         observation the action was chosen at (an array, or a pytree such as
+                 `MaskedObs`, each leaf `[T, B, ...]`).
     action:      action taken.
     reward:      reward received for it.
     terminated:  the episode ended in a terminal state after this step (no bootstrap).
@@ -119,26 +169,69 @@ class AgentState:
     local: Any = None
 
 
+class InitFn(Protocol):
+    def __call__(self, key: PRNGKey) -> AgentState:
+        """A fresh learner state. Parameters are replicated (identical on every learner
+        device); `local`, if any, is one device's per-device state (the runner gives every
+        device a copy). Must not be `vmap`ped over seeds (see DESIGN.md: init deadlock)."""
+
+
+class ActFn(Protocol):
+    def __call__(self, params: Params, obs: Observation, key: PRNGKey) -> tuple[Array, dict[str, Array]]:
+        """Choose actions for a batch: `obs [B, ...]` (a `MaskedObs` carries `action_mask
+        bool [B, A]`) -> `(action, extras)`.
+
+        action: `int32 [B]` in `[0, A)` for a `DiscreteSpec`, legal under the mask when
+                there is one; `float32 [B, *shape]` for a `BoxSpec`.
+        extras: what `update` needs later about the behaviour policy (`log_prob`, `value`,
+                ...), each leaf `[B, ...]`; the runner stores it in `Trajectory.extras`.
+        Pure: the runner may call it on an actor device with parameters some updates old.
+        """
+
+
+class UpdateFn(Protocol):
+    def __call__(self, state: AgentState, trajectory: Trajectory, key: PRNGKey) -> tuple[AgentState, Metrics]:
+        """Learn from one device's share of a time-major trajectory `[T, B, ...]` (B: this
+        device's environments): epochs, minibatches, loss, optimizer.
+
+        Gradients and batch statistics are averaged over the mesh axis the agent was built
+        with (`axis_name`), so the caller only runs it under `shard_map` (or alone, with
+        `axis_name=None`). **Metrics rule**: the returned metrics are scalars already
+        averaged over that axis (device-invariant, identical on every device); runners
+        never average them over devices again, only over updates and seeds, and they check
+        the rule (`podracer.agents.registry.checked_update`). `key` may differ per device.
+        """
+
+
+class GreedyActFn(Protocol):
+    def __call__(self, params: Params, obs: Observation) -> Array:
+        """The policy's most likely action, for evaluation: `obs [B, ...] -> action`, the
+        same shapes, dtypes, bounds and legality as `ActFn`'s actions."""
+
+
 class Agent(NamedTuple):
-    """An algorithm as a tuple of pure functions (optax style).
+    """An algorithm as a tuple of pure functions (optax style); see the Protocols above for
+    each one's shapes. `greedy_act` is None for an algorithm with no greedy policy."""
 
-    init:   `(key) -> AgentState`; its `local` part (if any) is one device's.
-    act:    `(params, obs [B, ...], key) -> (action [B], extras)`; `extras` holds what the
-            loss needs later (e.g. `log_prob`, `value`), each `[B, ...]`.
-    update: `(state, trajectory [T, B, ...], key) -> (state, metrics)`; epochs, minibatches,
-            loss and optimizer. Gradients and any batch statistics are averaged over the
-            mesh axis names the agent was built with, so the caller only has to run it
-            under `shard_map` (or not at all, on one device).
-    greedy_act: `(params, obs [B, ...]) -> action [B]`, the most likely action, for
-            evaluation; None if the algorithm has no such notion.
-    """
-
-    init: Callable[[PRNGKey], AgentState]
-    act: Callable[[Params, Array, PRNGKey], tuple[Array, dict[str, Array]]]
-    update: Callable[[AgentState, Trajectory, PRNGKey], tuple[AgentState, Metrics]]
-    greedy_act: Callable[[Params, Array], Array] | None = None
+    init: InitFn
+    act: ActFn
+    update: UpdateFn
+    greedy_act: GreedyActFn | None = None
 
 
-def zeros_like_spec(spec: ObsSpec, batch: tuple[int, ...] = ()) -> np.ndarray:
-    """A zero observation (or batch of them) for shape inference and parameter init."""
-    return np.zeros(batch + tuple(spec.shape), dtype=spec.dtype)
+class BatchShape(NamedTuple):
+    """What one device's `update` receives per call: `rollout_length` steps of
+    `envs_per_device` environments (the `[T, B]` of its trajectory)."""
+
+    rollout_length: int
+    envs_per_device: int
+
+    @property
+    def transitions(self) -> int:
+        return self.rollout_length * self.envs_per_device
+
+
+def zeros_like_spec(spec: ObservationSpec, batch: tuple[int, ...] = ()) -> Any:
+    """A zero observation (or batch of them) for shape inference and parameter init; a
+    pytree like `spec` (e.g. a `MaskedObs` whose mask is all False)."""
+    return obs_spec_map(lambda leaf: np.zeros(batch + tuple(leaf.shape), dtype=leaf.dtype), spec)

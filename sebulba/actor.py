@@ -23,7 +23,7 @@ from jax.sharding import NamedSharding
 from podracer.config import EnvConfig
 from podracer.envs.host import HostEnv, HostStep, make_host_env
 from podracer.parallel import put_process_batch
-from podracer.types import Array, Params, PRNGKey, Trajectory
+from podracer.types import ActFn, Array, Params, PRNGKey, Trajectory
 from sebulba.params import ParamSource
 from sebulba.threads import Stopped, put
 
@@ -49,14 +49,14 @@ class RolloutItem(NamedTuple):
 
 class Rollout(NamedTuple):
     trajectory: Trajectory  # NumPy, `[T, B, ...]`
-    obs: np.ndarray  # observations to act on next, `[B, ...]`
+    obs: Any  # observations to act on next, `[B, ...]` (an array, or a pytree such as MaskedObs)
     key: PRNGKey
     episodes: np.ndarray
     env_wait_s: float
     inference_s: float
 
 
-def make_policy_step(act: Callable[[Params, Array, PRNGKey], tuple[Array, dict]]) -> PolicyStep:
+def make_policy_step(act: ActFn) -> PolicyStep:
     """`(params, obs [B, ...], key) -> (action [B], extras, next key)`, jitted; it runs on the
     device that holds `params` and `key`."""
 
@@ -69,7 +69,7 @@ def make_policy_step(act: Callable[[Params, Array, PRNGKey], tuple[Array, dict]]
 
 
 def collect_rollout(
-    env: HostEnv, policy_step: PolicyStep, params: Params, obs: np.ndarray, key: PRNGKey,
+    env: HostEnv, policy_step: PolicyStep, params: Params, obs: Any, key: PRNGKey,
     length: int, stop: threading.Event,
 ) -> Rollout:
     """`length` steps of every environment of `env`, acting with `params`."""
@@ -87,7 +87,7 @@ def collect_rollout(
         env.send(action)
         if buffers is None:
             buffers = _allocate(length, obs, action)
-        buffers["obs"][t] = obs
+        _write(buffers["obs"], t, obs)
         buffers["action"][t] = action
         extras_per_step.append(extras)
         written = time.perf_counter()
@@ -107,13 +107,15 @@ def _stack_steps(per_step: list[dict[str, Array]]) -> dict[str, Array]:
     return jax.tree.map(lambda *xs: jnp.stack(xs), *per_step)
 
 
-def _allocate(length: int, obs: np.ndarray, action: np.ndarray) -> dict[str, Any]:
-    """Fresh `[T, ...]` host buffers (never reused: the learner may still read the last ones)."""
-    batch = action.shape
+def _allocate(length: int, obs: Any, action: np.ndarray) -> dict[str, Any]:
+    """Fresh `[T, ...]` host buffers (never reused: the learner may still read the last ones).
+    Observations may be pytrees (`MaskedObs`): a buffer per leaf."""
+    batch = action.shape[:1]
+    empty_like = lambda x: np.empty((length,) + np.shape(x), np.asarray(x).dtype)  # noqa: E731
     return {
-        "obs": np.empty((length,) + obs.shape, obs.dtype),
-        "next_obs": np.empty((length,) + obs.shape, obs.dtype),
-        "action": np.empty((length,) + batch, action.dtype),
+        "obs": jax.tree.map(empty_like, obs),
+        "next_obs": jax.tree.map(empty_like, obs),
+        "action": np.empty((length,) + action.shape, action.dtype),
         "reward": np.empty((length,) + batch, np.float32),
         "terminated": np.empty((length,) + batch, bool),
         "truncated": np.empty((length,) + batch, bool),
@@ -125,7 +127,12 @@ def _write_outcome(buffers: dict[str, Any], t: int, step: HostStep) -> None:
     buffers["reward"][t] = ts.reward
     buffers["terminated"][t] = ts.terminated
     buffers["truncated"][t] = ts.truncated
-    buffers["next_obs"][t] = ts.final_obs
+    _write(buffers["next_obs"], t, ts.final_obs)
+
+
+def _write(buffer: Any, t: int, value: Any) -> None:
+    """`buffer[t] = value` for every leaf of an observation pytree."""
+    jax.tree.map(lambda b, v: b.__setitem__(t, v), buffer, value)
 
 
 def _trajectory(buffers: dict[str, Any]) -> Trajectory:

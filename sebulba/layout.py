@@ -82,8 +82,6 @@ def make_layout(config: Config, devices: Sequence[Any] | None = None) -> Layout:
     num_updates = config.total_env_steps // steps_per_update
     check(num_updates >= 1, "total_env_steps",
           f"must be at least arch.num_envs * arch.rollout_length = {steps_per_update}", config.total_env_steps)
-    if hasattr(config.agent, "check_batch"):
-        config.agent.check_batch(arch.num_envs // (len(learner) * processes) * arch.rollout_length)
     return Layout(
         actor_devices=tuple(per_process[here][i] for i in actor),
         learner_devices=tuple(devices[i] for devices in per_process for i in learner),

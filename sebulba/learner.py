@@ -19,6 +19,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from podracer.agents.registry import checked_update
 from podracer.checkpoint import NonFiniteError
 from podracer.parallel import local_copy, process_sum
 from podracer.types import Agent, AgentState, Metrics, PRNGKey, Trajectory
@@ -59,11 +60,13 @@ def make_update_step(agent: Agent, mesh: Mesh) -> UpdateStep:
     keys:         one key per learner device, sharded over `mesh`.
     """
 
+    update = checked_update(agent.update, AXIS)  # metrics already averaged by the agent
+
     def per_device(state: AgentState, trajectories: tuple[Trajectory, ...], keys: PRNGKey):
         trajectory = jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=1), *trajectories)
         # Per-device state is seen without its device axis: `[1, ...] -> [...]` and back.
         state = state.replace(local=jax.tree.map(lambda x: x[0], state.local))
-        state, metrics = agent.update(state, trajectory, keys[0])
+        state, metrics = update(state, trajectory, keys[0])
         return state.replace(local=jax.tree.map(lambda x: x[None], state.local)), metrics
 
     def update_step(replicated: AgentState, local: Any, trajectories: tuple[Trajectory, ...], keys: PRNGKey):

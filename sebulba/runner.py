@@ -15,12 +15,12 @@ import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding
 
 from podracer import parallel
-from podracer.agents import make_agent
+from podracer.agents import make_checked_agent
 from podracer.checkpoint import Checkpoints, Progress, describe_kept
 from podracer.config import Config, ConfigError
 from podracer.envs import UnknownEnvError
 from podracer.envs.host import host_env_specs
-from podracer.types import Agent, AgentState, DiscreteSpec, ObsSpec
+from podracer.types import ActionSpec, Agent, AgentState, BatchShape, ObservationSpec
 from sebulba.actor import Actor, make_policy_step
 from sebulba.config import SebulbaConfig
 from sebulba.layout import Layout, make_layout
@@ -36,8 +36,8 @@ _DONE = object()
 
 class Setup(NamedTuple):
     layout: Layout
-    obs_spec: ObsSpec
-    action_spec: DiscreteSpec
+    obs_spec: ObservationSpec
+    action_spec: ActionSpec
     agent: Agent
     mesh: Mesh  # the learner devices, axis `AXIS`
 
@@ -52,7 +52,9 @@ class TrainResult(NamedTuple):
 
 
 def setup(config: Config) -> Setup:
-    """Everything but compilation and threads: raises ConfigError on bad input first."""
+    """Everything but compilation and threads: raises ConfigError on bad input first
+    (layout, sizes, an agent paired with an action space it does not support, a batch it
+    cannot split)."""
     if not isinstance(config.arch, SebulbaConfig):
         raise ConfigError(f"arch must be a SebulbaConfig for the Sebulba runner, got {type(config.arch).__name__}")
     layout = make_layout(config)
@@ -62,7 +64,9 @@ def setup(config: Config) -> Setup:
         raise ConfigError(f"env.id: {error}") from None
     except ValueError as error:
         raise ConfigError(f"env.id: {error}") from None
-    agent = make_agent(config.agent, obs_spec, action_spec, num_updates=layout.num_updates, axis_name=AXIS)
+    batch = BatchShape(config.arch.rollout_length, config.arch.num_envs // len(layout.learner_devices))
+    agent = make_checked_agent(config.agent, obs_spec, action_spec, batch, env_id=config.env.id,
+                               num_updates=layout.num_updates, axis_name=AXIS)
     return Setup(layout, obs_spec, action_spec, agent, parallel.make_mesh(layout.learner_devices, AXIS))
 
 

@@ -10,16 +10,16 @@ from jax.sharding import PartitionSpec as P
 
 import anakin
 from anakin import AnakinConfig
-from anakin.program import init_state, make_train_call
+from anakin.program import init_state, iteration_keys, make_train_call
 from anakin.rollout import rollout
 from experiments.presets_dqn import DQN_PRESETS
 from podracer import parallel
-from podracer.agents import ALGORITHMS, FACTORIES, DQNConfig, make_agent
+from podracer.agents import DQNConfig, algorithm_for, algorithms, make_agent
 from podracer.agents import dqn
 from podracer.config import Config, ConfigError, EnvConfig
 from podracer.envs import make_jax_env
 from podracer.replay import ReplaySample, Transition
-from podracer.types import DiscreteSpec, ObsSpec, Trajectory
+from podracer.types import BatchShape, DiscreteSpec, ObsSpec, Trajectory
 from tests.helpers import tree_allclose
 
 OBS_SPEC, ACTION_SPEC = ObsSpec((4,), jnp.float32), DiscreteSpec(3)
@@ -31,11 +31,11 @@ def test_config_errors_name_the_field():
         with pytest.raises(ConfigError, match=f"agent.{field}"):
             dataclasses.replace(DQNConfig(), **{field: value})
     with pytest.raises(ConfigError, match="agent.buffer_size"):
-        DQNConfig(buffer_size=256, batch_size=32).check_batch(512)
+        DQNConfig(buffer_size=256, batch_size=32).check_batch(BatchShape(16, 32))
 
 
 def test_registered():
-    assert ALGORITHMS["dqn"] is DQNConfig and DQNConfig in FACTORIES
+    assert algorithms()["dqn"].config is DQNConfig and algorithm_for(DQNConfig()).name == "dqn"
     agent = make_agent(DQNConfig(), OBS_SPEC, ACTION_SPEC, num_updates=1, axis_name=None)
     assert set(agent._fields) == {"init", "act", "update", "greedy_act"}
     assert isinstance(DQN_PRESETS["dqn-cartpole-anakin"]().agent, DQNConfig)
@@ -152,7 +152,7 @@ def test_anakin_program_equals_calling_update_directly():
     agent_state = jax.tree.map(lambda x: x[0], before.agent)
     agent_state = agent_state.replace(local=jax.tree.map(lambda x: x[0], agent_state.local))
     envs = jax.tree.map(lambda x: x[0], before.envs)
-    _, rollout_key, update_key = jax.random.split(before.key[0, 0], 3)
+    _, rollout_key, update_key = iteration_keys(before.key[0, 0])
     # One compiled program, not one per operation (each costs a compile on CPU).
     traj = jax.jit(lambda params, envs, key: rollout(env, env_params, direct.act, params, envs, key, 8)[1])(
         agent_state.params, envs, rollout_key)

@@ -11,7 +11,7 @@ from jax.sharding import PartitionSpec as P
 import anakin
 from experiments.presets_impala import IMPALA_PRESETS, impala_cartpole_anakin, ppo_vtrace_cartpole_anakin
 from podracer import parallel
-from podracer.agents import ALGORITHMS, FACTORIES, ImpalaConfig, PPOConfig, make_agent
+from podracer.agents import ImpalaConfig, PPOConfig, algorithm_for, algorithms, make_agent
 from podracer.config import ConfigError
 from podracer.types import DiscreteSpec, ObsSpec, Trajectory
 from tests.helpers import assert_sustained, tree_allclose
@@ -48,8 +48,8 @@ def test_config_errors_name_the_field():
 
 
 def test_registered():
-    assert ALGORITHMS["impala"] is ImpalaConfig
-    assert ImpalaConfig in FACTORIES
+    assert algorithms()["impala"].config is ImpalaConfig
+    assert algorithm_for(ImpalaConfig()).name == "impala"
     agent = make_agent(ImpalaConfig(), OBS_SPEC, ACTION_SPEC, num_updates=1, axis_name=None)
     assert set(agent._fields) == {"init", "act", "update", "greedy_act"}
     assert set(IMPALA_PRESETS) >= {"impala-cartpole-anakin"}
@@ -96,3 +96,16 @@ def test_impala_learns_cartpole():
 def test_ppo_vtrace_learns_cartpole():
     """The preset (500k env steps; at 300k it had not learned yet): 500 from 360k on."""
     assert_sustained(anakin.train(ppo_vtrace_cartpole_anakin()).metrics, threshold=475, floor=450)
+
+
+def test_a_bad_minibatch_split_exits_2_before_the_run_directory_is_written(tmp_path, capsys):
+    """Issue #12 item 3: `--agent.num-minibatches 3` on impala-cartpole-anakin (32 envs per
+    device on 4 devices) used to pass setup, write the run directory and fail while tracing."""
+    from experiments.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "impala-cartpole-anakin", "--agent.num-minibatches", "3", "--run-dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_info.value.code == 2 and len(err) == 1, err
+    assert "agent.num_minibatches must divide the 32 environments of each device" in err[0], err
+    assert not (tmp_path / "run").exists()

@@ -95,8 +95,8 @@ def nan_after(update, agent_update):
 def test_non_finite_parameters_stop_the_run_and_keep_the_last_good_checkpoint(tmp_path, monkeypatch):
     from anakin import runner
 
-    make_agent = runner.make_agent
-    monkeypatch.setattr(runner, "make_agent",
+    make_agent = runner.make_checked_agent
+    monkeypatch.setattr(runner, "make_checked_agent",
                         lambda *a, **k: (lambda agent: agent._replace(update=nan_after(8, agent.update)))(make_agent(*a, **k)))
     run_dir = tmp_path / "run"
     config = dataclasses.replace(TINY, run_dir=str(run_dir), arch=dataclasses.replace(TINY.arch, updates_per_call=1))

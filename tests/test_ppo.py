@@ -11,7 +11,7 @@ from anakin import AnakinConfig, train
 from podracer.agents import PPOConfig
 from podracer.agents import common
 from podracer.config import Config, ConfigError, EnvConfig
-from podracer.types import DiscreteSpec, ObsSpec
+from podracer.types import BatchShape, DiscreteSpec, ObsSpec
 
 FAST = PPOConfig(learning_rate=3e-3, anneal_lr=False, num_minibatches=2, num_epochs=4, entropy_coef=0.0,
                  hidden_sizes=(16,), gamma=0.9)
@@ -59,7 +59,7 @@ def test_bad_hyperparameters_name_the_field():
     with pytest.raises(ConfigError, match="agent.gamma"):
         PPOConfig(gamma=1.5)
     with pytest.raises(ConfigError, match="agent.num_minibatches"):
-        PPOConfig(num_minibatches=3).check_batch(128)
+        PPOConfig(num_minibatches=3).check_batch(BatchShape(16, 8))
     with pytest.raises(ConfigError, match="agent.torso"):
         dataclasses.replace(PPOConfig(), torso="transformer")
 

@@ -90,7 +90,7 @@ def test_learner_update_matches_anakin():
     Anakin program or the Sebulba learner applies the update (2 devices each)."""
     from anakin import runner as anakin_runner
     from anakin.config import AnakinConfig
-    from anakin.program import make_train_call
+    from anakin.program import iteration_keys, make_train_call
     from anakin.rollout import rollout
 
     agent_config = PPOConfig(num_minibatches=2, num_epochs=2, hidden_sizes=(16, 16))
@@ -100,12 +100,12 @@ def test_learner_update_matches_anakin():
     state = anakin_runner.initial_state(config, a)
     params = jax.tree.map(lambda x: x[0], state.agent)
 
-    # Anakin's first iteration on device d: split its key into (key, rollout, update) and
+    # Anakin's first iteration on device d (its keys from the public `iteration_keys`):
     # roll out its half of the environments.
     trajectories, update_keys = [], []
     roll = jax.jit(lambda params, envs, key: rollout(a.env, a.env_params, a.agent.act, params, envs, key, 8)[1])
     for d in range(2):
-        _, rollout_key, update_key = jax.random.split(state.key[0, d], 3)
+        _, rollout_key, update_key = iteration_keys(state.key[0, d])
         envs = jax.tree.map(lambda x: x[0, 2 * d: 2 * d + 2], state.envs)
         trajectories.append(roll(params.params, envs, rollout_key))
         update_keys.append(update_key)

@@ -48,7 +48,7 @@ def test_learner_update_matches_anakin():
     give the same parameters, learner state and buffers (2 learner devices each)."""
     from anakin import runner as anakin_runner
     from anakin.config import AnakinConfig
-    from anakin.program import make_train_call
+    from anakin.program import iteration_keys, make_train_call
     from anakin.program import state_specs as anakin_specs
     from anakin.rollout import rollout
 
@@ -70,7 +70,7 @@ def test_learner_update_matches_anakin():
 
     trajectories, update_keys = [], []
     for d in range(2):  # Anakin's first iteration on device d, on its half of the envs
-        _, rollout_key, update_key = jax.random.split(state.key[0, d], 3)
+        _, rollout_key, update_key = iteration_keys(state.key[0, d])
         envs = jax.tree.map(lambda x: x[0, 2 * d: 2 * d + 2], state.envs)
         trajectories.append(rollout(a.env, a.env_params, a.agent.act, agent_state.params, envs, rollout_key, 8)[1])
         update_keys.append(update_key)

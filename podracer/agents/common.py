@@ -10,10 +10,12 @@ import jax.numpy as jnp
 import optax
 
 from podracer import networks
-from podracer.ops import VTraceOutput, categorical_log_prob, vtrace_td_error_and_advantage
-from podracer.types import Array, DiscreteSpec, ObsSpec, Params, PRNGKey, Trajectory, zeros_like_spec
+from podracer.ops import VTraceOutput, categorical_log_prob, masked_argmax, masked_logits, vtrace_td_error_and_advantage
+from podracer.types import (Array, DiscreteSpec, Observation, ObservationSpec, Params, PRNGKey, Trajectory,
+                            network_obs_spec, split_mask, zeros_like_spec)
 
 TORSOS = ("mlp", "nature_cnn", "impala_cnn")
+ACTIVATIONS = ("tanh", "relu", "gelu")
 
 
 def make_actor_critic(
@@ -21,18 +23,19 @@ def make_actor_critic(
     hidden_sizes: tuple[int, ...],
     activation: str,
     shared_torso: bool,
-    obs_spec: ObsSpec,
+    obs_spec: ObservationSpec,
     action_spec: DiscreteSpec,
 ) -> nn.Module:
-    """The actor-critic network an agent config asks for."""
+    """The actor-critic network an agent config asks for (it sees the `obs` of a `MaskedObs`)."""
     def body():
         return make_torso(torso, hidden_sizes, activation, obs_spec)
 
     return networks.ActorCritic(action_spec.num_actions, body(), None if shared_torso else body())
 
 
-def make_torso(torso: str, hidden_sizes: tuple[int, ...], activation: str, obs_spec: ObsSpec) -> nn.Module:
+def make_torso(torso: str, hidden_sizes: tuple[int, ...], activation: str, obs_spec: ObservationSpec) -> nn.Module:
     """A fresh torso module of the kind a config names (`TORSOS`)."""
+    obs_spec = network_obs_spec(obs_spec)
     if torso == "mlp":
         return networks.MLP(tuple(hidden_sizes), activation, obs_ndim=len(obs_spec.shape))
     if torso in ("nature_cnn", "impala_cnn"):
@@ -40,11 +43,12 @@ def make_torso(torso: str, hidden_sizes: tuple[int, ...], activation: str, obs_s
     raise ValueError(f"unknown torso {torso!r}; choose one of {TORSOS}")
 
 
-def init_params(network: nn.Module, key: PRNGKey, obs_spec: ObsSpec) -> Params:
-    return network.init(key, zeros_like_spec(obs_spec, (1,)))
+def init_params(network: nn.Module, key: PRNGKey, obs_spec: ObservationSpec) -> Params:
+    """The network's parameters, from a zero batch of the observations it sees."""
+    return network.init(key, zeros_like_spec(network_obs_spec(obs_spec), (1,)))
 
 
-def make_init(network: nn.Module, optimizer: optax.GradientTransformation, obs_spec: ObsSpec):
+def make_init(network: nn.Module, optimizer: optax.GradientTransformation, obs_spec: ObservationSpec):
     """`init(key) -> AgentState` for an agent whose state is its parameters and optimizer."""
     from podracer.types import AgentState
 
@@ -55,26 +59,42 @@ def make_init(network: nn.Module, optimizer: optax.GradientTransformation, obs_s
     return init
 
 
-def make_sampling_act(network: nn.Module) -> Callable[[Params, Array, PRNGKey], tuple[Array, dict]]:
-    """`act(params, obs [B, ...], key) -> (action [B], {"log_prob", "value"})`, sampling
-    from the categorical policy; `log_prob` is the behaviour policy's, for the loss."""
+def policy_and_value(network: nn.Module, params: Params, obs: Observation) -> tuple[Array, Array]:
+    """An actor-critic over a flat batch: `obs [N, ...] -> (logits [N, A], value [N])`, the
+    logits of illegal actions `-inf` when the observations carry masks (`MaskedObs`)."""
+    inputs, legal = split_mask(obs)
+    logits, value = network.apply(params, inputs)
+    return masked_logits(logits, legal), value
 
-    def act(params: Params, obs: Array, key: PRNGKey) -> tuple[Array, dict[str, Array]]:
-        logits, value = network.apply(params, obs)
-        action = jax.random.categorical(key, logits)
+
+def make_sampling_act(network: nn.Module) -> Callable[[Params, Observation, PRNGKey], tuple[Array, dict]]:
+    """`act(params, obs [B, ...], key) -> (action int32 [B], {"log_prob", "value"})`,
+    sampling from the categorical policy over the legal actions; `log_prob` is the
+    behaviour policy's, for the loss."""
+
+    def act(params: Params, obs: Observation, key: PRNGKey) -> tuple[Array, dict[str, Array]]:
+        logits, value = policy_and_value(network, params, obs)
+        action = jax.random.categorical(key, logits).astype(jnp.int32)
         return action, {"log_prob": categorical_log_prob(logits, action), "value": value}
 
     return act
 
 
-def make_greedy_act(network: nn.Module) -> Callable[[Params, Array], Array]:
-    """`greedy_act(params, obs [B, ...]) -> action [B]`: the argmax of the policy logits."""
+def make_greedy_act(network: nn.Module) -> Callable[[Params, Observation], Array]:
+    """`greedy_act(params, obs [B, ...]) -> action int32 [B]`: the argmax of the policy
+    logits among the legal actions."""
 
-    def greedy_act(params: Params, obs: Array) -> Array:
-        logits, _ = network.apply(params, obs)
-        return jnp.argmax(logits, axis=-1)
+    def greedy_act(params: Params, obs: Observation) -> Array:
+        inputs, legal = split_mask(obs)
+        logits, _ = network.apply(params, inputs)
+        return masked_argmax(logits, legal).astype(jnp.int32)
 
     return greedy_act
+
+
+def concat_time(a: Any, b: Any) -> Any:
+    """Two time-major trees `[T, ...]` joined along time, leaf by leaf: `[2T, ...]`."""
+    return jax.tree.map(lambda x, y: jnp.concatenate([x, y], axis=0), a, b)
 
 
 def flatten_time_batch(tree: Any) -> Any:
@@ -96,10 +116,11 @@ def shuffled_minibatches(key: PRNGKey, batch: Any, num_minibatches: int) -> Any:
     )
 
 
-def apply_time_major(network: nn.Module, params: Params, obs: Array) -> tuple[Array, Array]:
-    """The network over a time-major batch: `obs [T, B, ...] -> (logits [T, B, A], value [T, B])`."""
-    T, B = obs.shape[:2]
-    logits, value = network.apply(params, obs.reshape((T * B,) + obs.shape[2:]))
+def apply_time_major(network: nn.Module, params: Params, obs: Observation) -> tuple[Array, Array]:
+    """The network over a time-major batch: `obs [T, B, ...] -> (logits [T, B, A], value [T, B])`,
+    illegal actions' logits `-inf` for masked observations (see `policy_and_value`)."""
+    T, B = jax.tree.leaves(obs)[0].shape[:2]
+    logits, value = policy_and_value(network, params, flatten_time_batch(obs))
     return logits.reshape((T, B) + logits.shape[1:]), value.reshape((T, B))
 
 

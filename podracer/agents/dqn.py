@@ -28,6 +28,7 @@ steps received since learning started, from the counters in the state) show both
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Callable, NamedTuple
 
@@ -38,9 +39,11 @@ import optax
 
 from podracer import networks, ops, parallel
 from podracer.agents import common
+from podracer.agents.registry import Algorithm
 from podracer.agents.dqn_config import DQNConfig
 from podracer.replay import ReplaySample, Transition, make_replay
-from podracer.types import Agent, AgentState, Array, DiscreteSpec, ObsSpec, Params, PRNGKey, Trajectory
+from podracer.types import (Agent, AgentState, Array, BatchShape, DiscreteSpec, Observation, ObservationSpec, Params,
+                            PRNGKey, Trajectory, split_mask, zeros_like_spec)
 
 __all__ = ["DQNConfig", "DQNLearnerState", "DQNParams", "make_dqn", "make_learn_on_batch", "to_transitions"]
 
@@ -62,7 +65,7 @@ class DQNLearnerState(NamedTuple):
     learning_env_steps: Array  # int32 scalar: env steps (all devices) received since learning started
 
 
-def make_q_network(config: DQNConfig, obs_spec: ObsSpec, action_spec: DiscreteSpec) -> nn.Module:
+def make_q_network(config: DQNConfig, obs_spec: ObservationSpec, action_spec: DiscreteSpec) -> nn.Module:
     torso = common.make_torso(config.torso, config.hidden_sizes, config.activation, obs_spec)
     return networks.QNetwork(action_spec.num_actions, torso)
 
@@ -84,7 +87,8 @@ def to_transitions(traj: Trajectory, gamma: float, n: int) -> Transition:
     returns, discount, last = jax.vmap(ops.n_step_targets, in_axes=(1, 1, 1, None, None), out_axes=1)(
         traj.reward, traj.terminated, traj.truncated, gamma, n
     )
-    bootstrap_obs = jax.vmap(lambda obs, index: obs[index], in_axes=(1, 1), out_axes=1)(traj.next_obs, last)
+    take = lambda obs, index: jax.tree.map(lambda x: x[index], obs)  # noqa: E731 (obs may be a MaskedObs)
+    bootstrap_obs = jax.vmap(take, in_axes=(1, 1), out_axes=1)(traj.next_obs, last)
     transitions = Transition(traj.obs, traj.action.astype(jnp.int32), returns, discount, bootstrap_obs)
     return common.flatten_time_batch(transitions)
 
@@ -97,13 +101,16 @@ def make_learn_on_batch(
 
     def loss_fn(online: Params, target: Params, items: Transition, weights: Array):
         M = items.reward.shape[0]
-        q = network.apply(online, jnp.concatenate([items.obs, items.next_obs], axis=0))
+        (obs, _), (next_obs, legal_t) = split_mask(items.obs), split_mask(items.next_obs)
+        q = network.apply(online, jnp.concatenate([obs, next_obs], axis=0))
         q_tm1, q_t_online = q[:M], jax.lax.stop_gradient(q[M:])
-        q_t_target = network.apply(target, items.next_obs)
+        q_t_target = network.apply(target, next_obs)
+        # The bootstrap state's legal actions bound the max (and Double DQN's argmax).
         if config.double_q:
-            target_value = ops.double_q_learning_target(items.reward, items.discount, q_t_target, q_t_online)
+            target_value = ops.double_q_learning_target(items.reward, items.discount, q_t_target, q_t_online,
+                                                        legal_t)
         else:
-            target_value = ops.q_learning_target(items.reward, items.discount, q_t_target)
+            target_value = ops.q_learning_target(items.reward, items.discount, q_t_target, legal_t)
         td = ops.td_error(q_tm1, items.action, target_value)
         per_item = ops.huber_loss(td, config.huber_delta) if config.loss == "huber" else 0.5 * jnp.square(td)
         loss = jnp.mean(weights * per_item)
@@ -129,7 +136,7 @@ def make_learn_on_batch(
 
 def make_dqn(
     config: DQNConfig,
-    obs_spec: ObsSpec,
+    obs_spec: ObservationSpec,
     action_spec: DiscreteSpec,
     *,
     num_updates: int,
@@ -153,13 +160,16 @@ def make_dqn(
         learner = DQNLearnerState(optimizer.init(online), online, zero, jnp.zeros((), jnp.float32), zero)
         return AgentState(DQNParams(online, zero), learner, zero, replay.init(_example_item(obs_spec)))
 
-    def act(params: DQNParams, obs: Array, key: PRNGKey) -> tuple[Array, dict[str, Array]]:
-        q = network.apply(params.online, obs)
-        return ops.epsilon_greedy(key, q, epsilon(params.env_steps)), {}
+    def act(params: DQNParams, obs: Observation, key: PRNGKey) -> tuple[Array, dict[str, Array]]:
+        """Epsilon-greedy over the online Q-values; random and greedy actions both legal."""
+        inputs, legal = split_mask(obs)
+        q = network.apply(params.online, inputs)
+        return ops.epsilon_greedy(key, q, epsilon(params.env_steps), legal), {}
 
-    def greedy_act(params: DQNParams, obs: Array) -> Array:
-        """The argmax of the online Q-values (evaluation: no exploration)."""
-        return jnp.argmax(network.apply(params.online, obs), axis=-1)
+    def greedy_act(params: DQNParams, obs: Observation) -> Array:
+        """The argmax of the online Q-values among legal actions (evaluation: no exploration)."""
+        inputs, legal = split_mask(obs)
+        return ops.masked_argmax(network.apply(params.online, inputs), legal).astype(jnp.int32)
 
     def update(state: AgentState, traj: Trajectory, key: PRNGKey):
         T, B = traj.reward.shape
@@ -237,6 +247,28 @@ def make_dqn(
     return Agent(init=init, act=act, update=update, greedy_act=greedy_act)
 
 
-def _example_item(obs_spec: ObsSpec) -> Transition:
-    obs = jnp.zeros(obs_spec.shape, obs_spec.dtype)
+def _example_item(obs_spec: ObservationSpec) -> Transition:
+    obs = jax.tree.map(jnp.asarray, zeros_like_spec(obs_spec))  # a MaskedObs keeps its mask in replay
     return Transition(obs, jnp.zeros((), jnp.int32), jnp.zeros(()), jnp.zeros(()), obs)
+
+
+def _probe_config() -> DQNConfig:
+    return DQNConfig(learning_rate=1e-3, buffer_size=4_096, batch_size=64, gradient_steps=2, learning_starts=512,
+                     target_update_period=50, epsilon_start=1.0, epsilon_end=0.05, epsilon_decay_steps=4_000,
+                     hidden_sizes=(32,), gamma=0.9)
+
+
+def _exact_config(config: DQNConfig, batch: BatchShape) -> DQNConfig:
+    """One gradient step on a sample that is the whole batch, however it is split: with equal
+    priorities, stratified sampling of `N` items from a device holding `N / D` of them takes
+    each exactly `D` times (no sampling noise), and the loss is a mean."""
+    n = batch.transitions
+    return dataclasses.replace(config, prioritized=True, buffer_size=max(config.buffer_size, n), batch_size=n,
+                               gradient_steps=1, replay_ratio=None, learning_starts=0)
+
+
+ALGORITHM = Algorithm(
+    name="dqn", config=DQNConfig, make=make_dqn, check_batch=DQNConfig.check_batch,
+    action_spaces=(DiscreteSpec,), masks=True, probe_config=_probe_config, probe_steps=20_000,
+    exact_config=_exact_config,
+)

@@ -8,6 +8,7 @@ from typing import Literal
 
 from podracer.agents import common
 from podracer.config import check
+from podracer.types import BatchShape
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,6 +71,8 @@ class DQNConfig:
         check(self.torso in common.TORSOS, "agent.torso", f"must be one of {common.TORSOS}", self.torso)
         check(len(self.hidden_sizes) > 0 and min(self.hidden_sizes) > 0,
               "agent.hidden_sizes", "must be positive sizes", self.hidden_sizes)
+        check(self.activation in common.ACTIVATIONS, "agent.activation", f"must be one of {common.ACTIVATIONS}",
+              self.activation)
 
     def steps_per_update(self, per_device_batch: int) -> float:
         """Gradient steps one update earns when it brings `per_device_batch` (T * B per
@@ -84,7 +87,7 @@ class DQNConfig:
         rounding, and then defers the step rather than dropping it)."""
         return max(1, math.ceil(self.steps_per_update(per_device_batch)))
 
-    def check_batch(self, per_device_batch: int) -> None:
-        """Each update adds `per_device_batch` transitions to a device's buffer: it must fit."""
-        check(self.buffer_size >= per_device_batch, "agent.buffer_size",
-              f"must hold one update's transitions per device ({per_device_batch})", self.buffer_size)
+    def check_batch(self, batch: BatchShape) -> None:
+        """Each update adds `T * B` transitions to a device's buffer: they must fit."""
+        check(self.buffer_size >= batch.transitions, "agent.buffer_size",
+              f"must hold one update's transitions per device ({batch.transitions})", self.buffer_size)

@@ -18,9 +18,10 @@ import optax
 
 from podracer import parallel
 from podracer.agents import common
+from podracer.agents.registry import Algorithm
 from podracer.config import check
 from podracer.ops import categorical_log_prob, entropy_loss
-from podracer.types import Agent, AgentState, DiscreteSpec, ObsSpec, PRNGKey, Trajectory
+from podracer.types import Agent, AgentState, BatchShape, DiscreteSpec, ObservationSpec, PRNGKey, Trajectory
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +69,16 @@ class ImpalaConfig:
         check(self.torso in common.TORSOS, "agent.torso", f"must be one of {common.TORSOS}", self.torso)
         check(len(self.hidden_sizes) > 0 and min(self.hidden_sizes) > 0,
               "agent.hidden_sizes", "must be positive sizes", self.hidden_sizes)
+        check(self.activation in common.ACTIVATIONS, "agent.activation", f"must be one of {common.ACTIVATIONS}",
+              self.activation)
+
+    def check_batch(self, batch: BatchShape) -> None:
+        """Raise ConfigError unless one device's `B` environments split into
+        `num_minibatches` minibatches of whole sequences (the loss needs whole `[T]`
+        sequences, so minibatches split the environments, not time)."""
+        check(batch.envs_per_device % self.num_minibatches == 0, "agent.num_minibatches",
+              f"must divide the {batch.envs_per_device} environments of each device (minibatches are whole "
+              "sequences)", self.num_minibatches)
 
 
 def make_optimizer(config: ImpalaConfig, num_steps: int) -> optax.GradientTransformation:
@@ -83,7 +94,7 @@ def make_optimizer(config: ImpalaConfig, num_steps: int) -> optax.GradientTransf
 
 def make_impala(
     config: ImpalaConfig,
-    obs_spec: ObsSpec,
+    obs_spec: ObservationSpec,
     action_spec: DiscreteSpec,
     *,
     num_updates: int,
@@ -106,8 +117,7 @@ def make_impala(
     def loss_fn(params, traj: Trajectory):
         """The IMPALA loss over a `[T, B]` minibatch of whole sequences."""
         T = traj.reward.shape[0]
-        both_obs = jnp.concatenate([traj.obs, traj.next_obs], axis=0)
-        logits, values = common.apply_time_major(network, params, both_obs)
+        logits, values = common.apply_time_major(network, params, common.concat_time(traj.obs, traj.next_obs))
         logits, value, next_value = logits[:T], values[:T], values[T:]
         log_prob = categorical_log_prob(logits, traj.action)
         vtrace = common.vtrace_on_trajectory(
@@ -143,3 +153,15 @@ def make_impala(
 
     return Agent(init=init, act=common.make_sampling_act(network), update=update,
                  greedy_act=common.make_greedy_act(network))
+
+
+def _probe_config() -> ImpalaConfig:
+    return ImpalaConfig(learning_rate=3e-3, optimizer="adam", anneal_lr=False, max_grad_norm=0.5, num_epochs=2,
+                        num_minibatches=2, entropy_coef=0.0, hidden_sizes=(16,), gamma=0.9)
+
+
+ALGORITHM = Algorithm(
+    name="impala", config=ImpalaConfig, make=make_impala, check_batch=ImpalaConfig.check_batch,
+    action_spaces=(DiscreteSpec,), masks=True, probe_config=_probe_config, probe_steps=20_000,
+    exact_config=lambda config, batch: dataclasses.replace(config, num_minibatches=1),
+)

@@ -16,9 +16,11 @@ import optax
 
 from podracer import parallel
 from podracer.agents import common
+from podracer.agents.registry import Algorithm
 from podracer.config import check
 from podracer.ops import clipped_surrogate_loss, entropy_loss, categorical_log_prob, gae_advantages
-from podracer.types import AgentState, Agent, DiscreteSpec, ObsSpec, PRNGKey, Trajectory
+from podracer.types import (AgentState, Agent, BatchShape, DiscreteSpec, ObservationSpec, PRNGKey, Trajectory,
+                            split_mask)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,21 +66,26 @@ class PPOConfig:
         check(self.clip_pg_rho_threshold > 0, "agent.clip_pg_rho_threshold", "must be > 0",
               self.clip_pg_rho_threshold)
         check(self.clip_eps > 0, "agent.clip_eps", "must be > 0", self.clip_eps)
+        check(self.entropy_coef >= 0, "agent.entropy_coef", "must be >= 0", self.entropy_coef)
+        check(self.value_coef >= 0, "agent.value_coef", "must be >= 0", self.value_coef)
         check(self.max_grad_norm > 0, "agent.max_grad_norm", "must be > 0", self.max_grad_norm)
+        check(self.adam_eps > 0, "agent.adam_eps", "must be > 0", self.adam_eps)
         check(self.torso in common.TORSOS, "agent.torso", f"must be one of {common.TORSOS}", self.torso)
         check(len(self.hidden_sizes) > 0 and min(self.hidden_sizes) > 0,
               "agent.hidden_sizes", "must be positive sizes", self.hidden_sizes)
+        check(self.activation in common.ACTIVATIONS, "agent.activation", f"must be one of {common.ACTIVATIONS}",
+              self.activation)
 
-    def check_batch(self, batch_size: int) -> None:
-        """Raise ConfigError unless a per-device batch of `batch_size` transitions splits
-        into `num_minibatches` minibatches."""
-        check(batch_size % self.num_minibatches == 0, "agent.num_minibatches",
-              f"must divide the per-device batch of {batch_size} transitions", self.num_minibatches)
+    def check_batch(self, batch: BatchShape) -> None:
+        """Raise ConfigError unless one device's batch of `T * B` transitions splits into
+        `num_minibatches` minibatches."""
+        check(batch.transitions % self.num_minibatches == 0, "agent.num_minibatches",
+              f"must divide the per-device batch of {batch.transitions} transitions", self.num_minibatches)
 
 
 def make_ppo(
     config: PPOConfig,
-    obs_spec: ObsSpec,
+    obs_spec: ObservationSpec,
     action_spec: DiscreteSpec,
     *,
     num_updates: int,
@@ -108,7 +115,7 @@ def make_ppo(
 
     def loss_fn(params, minibatch):
         obs, action, behaviour_log_prob, old_value, advantage, target = minibatch
-        logits, value = network.apply(params, obs)
+        logits, value = common.policy_and_value(network, params, obs)
         log_ratio = categorical_log_prob(logits, action) - behaviour_log_prob
         if config.normalize_advantages:
             advantage = _normalize(advantage, axis_name)
@@ -173,7 +180,7 @@ def successor_values(network, params, traj: Trajectory) -> jax.Array:
     was truncated (rare: a time limit).
     """
     value = traj.extras["value"]
-    _, last_value = network.apply(params, traj.next_obs[-1])
+    _, last_value = network.apply(params, split_mask(jax.tree.map(lambda x: x[-1], traj.next_obs))[0])
     shifted = jnp.concatenate([value[1:], last_value[None]])
 
     def with_truncations(carry):
@@ -198,7 +205,7 @@ def vtrace_advantages_and_targets(network, config: PPOConfig, params, traj: Traj
     as under Anakin) it is PPO with V-trace(lambda) = TD(lambda) returns.
     """
     T = traj.reward.shape[0]
-    logits, values = common.apply_time_major(network, params, jnp.concatenate([traj.obs, traj.next_obs]))
+    logits, values = common.apply_time_major(network, params, common.concat_time(traj.obs, traj.next_obs))
     log_prob = categorical_log_prob(logits[:T], traj.action)
     vtrace = common.vtrace_on_trajectory(
         traj, values[:T], values[T:], log_prob, config.gamma, config.vtrace_lambda,
@@ -213,3 +220,16 @@ def _normalize(x: jax.Array, axis_name: parallel.AxisName) -> jax.Array:
     moments = parallel.pmean(jnp.stack([jnp.mean(x), jnp.mean(jnp.square(x))]), axis_name)
     mean, var = moments[0], jnp.maximum(moments[1] - jnp.square(moments[0]), 0.0)
     return (x - mean) / (jnp.sqrt(var) + 1e-8)
+
+
+def _probe_config() -> PPOConfig:
+    return PPOConfig(learning_rate=3e-3, anneal_lr=False, num_minibatches=2, num_epochs=4, entropy_coef=0.0,
+                     hidden_sizes=(16,), gamma=0.9)
+
+
+ALGORITHM = Algorithm(
+    name="ppo", config=PPOConfig, make=make_ppo, check_batch=PPOConfig.check_batch,
+    action_spaces=(DiscreteSpec,), masks=True, probe_config=_probe_config, probe_steps=20_000,
+    # One minibatch: the update of a global batch is then the same however it is split.
+    exact_config=lambda config, batch: dataclasses.replace(config, num_minibatches=1),
+)

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from podracer.types import Array, DiscreteSpec, ObsSpec, PRNGKey, TimeStep
+from podracer.types import ActionSpec, Array, ObservationSpec, PRNGKey, TimeStep
 
 
 @struct.dataclass
@@ -33,7 +33,9 @@ class JaxEnv:
     """Base class of JAX environments. Subclasses implement the raw dynamics.
 
     `params` is an environment-specific pytree (or None); `default_params` supplies it.
-    Observation dtypes are whatever the environment produces (float32 or uint8).
+    Observation dtypes are whatever the environment produces (float32 or uint8). An
+    environment with legal-action masks returns `MaskedObs(obs, action_mask)` observations
+    and a `MaskedObs` of `ObsSpec`s as its observation spec (`podracer.types.masked_obs_spec`).
     """
 
     name: str = "env"
@@ -57,10 +59,12 @@ class JaxEnv:
         """Time limit: an episode is truncated after this many steps."""
         raise NotImplementedError
 
-    def observation_spec(self, params: Any) -> ObsSpec:
+    def observation_spec(self, params: Any) -> ObservationSpec:
+        """An `ObsSpec`, or a pytree of them shaped like the observations (`MaskedObs`)."""
         raise NotImplementedError
 
-    def action_spec(self, params: Any) -> DiscreteSpec:
+    def action_spec(self, params: Any) -> ActionSpec:
+        """`DiscreteSpec(num_actions)` or, for continuous actions, `BoxSpec(shape, low, high)`."""
         raise NotImplementedError
 
     # --- provided ---------------------------------------------------------------------

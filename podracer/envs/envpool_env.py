@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 
 from podracer.config import EnvConfig
-from podracer.envs.host import EpisodeCounters, HostStep
-from podracer.types import DiscreteSpec, ObsSpec, TimeStep
+from podracer.envs.host import EpisodeCounters, HostStep, action_spec_of
+from podracer.types import ActionSpec, ObsSpec, TimeStep
 
 
 @functools.cache
@@ -72,18 +72,15 @@ def _spec(env_config: EnvConfig) -> Any:
     return envpool.make_spec(env_config.id, **envpool_options(env_config, base))
 
 
-def _specs_of(spec: Any) -> tuple[ObsSpec, DiscreteSpec]:
-    space = spec.action_space
-    if not hasattr(space, "n"):
-        raise ValueError(f"{spec!r} has a continuous action space; podracer agents need discrete actions")
+def _specs_of(spec: Any, env_id: str) -> tuple[ObsSpec, ActionSpec]:
     shape = tuple(spec.observation_space.shape)
     if _is_atari(spec):  # [stack, H, W] -> [H, W, stack]
         shape = shape[1:] + shape[:1]
-    return ObsSpec(shape, np.dtype(spec.observation_space.dtype)), DiscreteSpec(int(space.n))
+    return ObsSpec(shape, np.dtype(spec.observation_space.dtype)), action_spec_of(spec.action_space, env_id)
 
 
-def envpool_specs(env_config: EnvConfig) -> tuple[ObsSpec, DiscreteSpec]:
-    return _specs_of(_spec(env_config))
+def envpool_specs(env_config: EnvConfig) -> tuple[ObsSpec, ActionSpec]:
+    return _specs_of(_spec(env_config), env_config.id)
 
 
 class EnvPoolEnv:
@@ -94,7 +91,7 @@ class EnvPoolEnv:
 
         spec = _spec(env_config)
         self.num_envs = num_envs
-        self.observation_spec, self.action_spec = _specs_of(spec)
+        self.observation_spec, self.action_spec = _specs_of(spec, env_config.id)
         self._atari = _is_atari(spec)
         self._episodic_life = self._atari and env_config.episodic_life
         self._pool = envpool.make(

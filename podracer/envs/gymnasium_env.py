@@ -1,4 +1,4 @@
-"""Any Gymnasium environment with discrete actions as a podracer `HostEnv` (fallback).
+"""Any Gymnasium environment as a podracer `HostEnv` (fallback); discrete or box actions.
 
 A `gymnasium.vector.SyncVectorEnv` in same-step auto-reset mode: when an episode ends,
 the step already returns the next episode's first observation and the last one is in
@@ -14,8 +14,8 @@ import functools
 import numpy as np
 
 from podracer.config import EnvConfig
-from podracer.envs.host import EpisodeCounters, HostStep
-from podracer.types import DiscreteSpec, ObsSpec, TimeStep
+from podracer.envs.host import EpisodeCounters, HostStep, action_spec_of
+from podracer.types import ActionSpec, ObsSpec, TimeStep
 
 
 @functools.cache
@@ -31,7 +31,7 @@ def _make_one(env_config: EnvConfig):
     return gymnasium.make(env_config.id, max_episode_steps=env_config.max_episode_steps)
 
 
-def gymnasium_specs(env_config: EnvConfig) -> tuple[ObsSpec, DiscreteSpec]:
+def gymnasium_specs(env_config: EnvConfig) -> tuple[ObsSpec, ActionSpec]:
     env = _make_one(env_config)
     try:
         return _specs_of(env.observation_space, env.action_space, env_config.id)
@@ -39,10 +39,8 @@ def gymnasium_specs(env_config: EnvConfig) -> tuple[ObsSpec, DiscreteSpec]:
         env.close()
 
 
-def _specs_of(obs_space, action_space, env_id: str) -> tuple[ObsSpec, DiscreteSpec]:
-    if not hasattr(action_space, "n"):
-        raise ValueError(f"{env_id} has action space {action_space}; podracer agents need discrete actions")
-    return ObsSpec(tuple(obs_space.shape), np.dtype(obs_space.dtype)), DiscreteSpec(int(action_space.n))
+def _specs_of(obs_space, action_space, env_id: str) -> tuple[ObsSpec, ActionSpec]:
+    return ObsSpec(tuple(obs_space.shape), np.dtype(obs_space.dtype)), action_spec_of(action_space, env_id)
 
 
 class GymnasiumEnv:

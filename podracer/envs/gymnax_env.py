@@ -9,7 +9,7 @@ import jax.numpy as jnp
 
 from podracer.envs.base import JaxEnv
 from podracer.envs.render import cartpole_frame
-from podracer.types import DiscreteSpec, ObsSpec
+from podracer.types import ActionSpec, DiscreteSpec, ObsSpec, box_spec
 
 # gymnax folds its time limit into `done`; the adapter turns it off inside gymnax
 # (an unreachable limit) and applies it itself, so termination and truncation stay apart.
@@ -29,11 +29,14 @@ GYMNAX_IDS = (
     "UmbrellaChain-bsuite",
     "DiscountingChain-bsuite",
     "FourRooms-misc",
+    "Pendulum-v1",  # continuous actions (BoxSpec)
+    "MountainCarContinuous-v0",  # continuous actions (BoxSpec)
 )
 
 
 class GymnaxEnv(JaxEnv):
-    """A gymnax environment with discrete actions, e.g. `GymnaxEnv("CartPole-v1")`."""
+    """A gymnax environment, e.g. `GymnaxEnv("CartPole-v1")`; its action spec is a
+    `DiscreteSpec` or, for a continuous action space (`Pendulum-v1`), a `BoxSpec`."""
 
     def __init__(self, env_id: str, **kwargs: Any):
         import gymnax  # imported lazily: it pulls in matplotlib
@@ -62,7 +65,12 @@ class GymnaxEnv(JaxEnv):
         space = self._env.observation_space(params)
         return ObsSpec(tuple(space.shape), jnp.dtype(space.dtype))
 
-    def action_spec(self, params: Any) -> DiscreteSpec:
+    def action_spec(self, params: Any) -> ActionSpec:
+        import gymnax
+
+        space = self._env.action_space(params)
+        if isinstance(space, gymnax.environments.spaces.Box):
+            return box_spec(space.shape, space.low, space.high)
         return DiscreteSpec(int(self._env.num_actions))
 
 

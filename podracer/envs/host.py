@@ -17,12 +17,12 @@ game: `TimeStep.episode_return/episode_length` then count the whole game, and
 
 from __future__ import annotations
 
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
 from podracer.config import EnvConfig
-from podracer.types import DiscreteSpec, ObsSpec, TimeStep
+from podracer.types import ActionSpec, DiscreteSpec, ObservationSpec, TimeStep, box_spec
 
 
 class HostStep(NamedTuple):
@@ -38,17 +38,20 @@ class HostStep(NamedTuple):
 
 
 class HostEnv(Protocol):
-    """A batch of host environments, stepped asynchronously: `send` then `recv`."""
+    """A batch of host environments, stepped asynchronously: `send` then `recv`.
+
+    Observations are NumPy arrays `[B, ...]`, or pytrees of them shaped like
+    `observation_spec` (`MaskedObs` for environments with legal-action masks)."""
 
     num_envs: int
-    observation_spec: ObsSpec
-    action_spec: DiscreteSpec
+    observation_spec: ObservationSpec
+    action_spec: ActionSpec
 
-    def reset(self) -> np.ndarray:
+    def reset(self) -> Any:
         """Reset every environment: observations `[B, ...]`."""
 
     def send(self, action: np.ndarray) -> None:
-        """Start stepping every environment with `action [B]`; returns at once."""
+        """Start stepping every environment with `action [B]` (`[B, *shape]` for a box); returns at once."""
 
     def recv(self) -> HostStep:
         """Wait for the step started by `send`."""
@@ -101,13 +104,13 @@ class EpisodeCounters:
 
 
 def host_env_ids() -> list[str]:
-    """Every id a host environment can be made from (EnvPool's, then Gymnasium's, and the
-    prefix adders': `PrefixAdder-<bits>` analytic, `PrefixAdderSynth-<bits>` synthesised)."""
-    from podracer.envs import envpool_env, gymnasium_env
+    """Every id a host environment can be made from (EnvPool's, Gymnasium's, the JAX registry's,
+    and the prefix adders': `PrefixAdder-<bits>` analytic, `PrefixAdderSynth-<bits>` synthesised)."""
+    from podracer.envs import envpool_env, gymnasium_env, jax_env_ids
     from podracer.envs.prefix.env import PREFIX_BITS
 
     prefix = {f"PrefixAdder{kind}-{bits}" for kind in ("", "Synth") for bits in PREFIX_BITS}
-    return sorted(set(envpool_env.envpool_ids()) | set(gymnasium_env.gymnasium_ids()) | prefix)
+    return sorted(set(envpool_env.envpool_ids()) | set(gymnasium_env.gymnasium_ids()) | set(jax_env_ids()) | prefix)
 
 
 def _is_prefix_id(env_id: str) -> bool:
@@ -117,12 +120,13 @@ def _is_prefix_id(env_id: str) -> bool:
 
 
 def host_backend(env_config: EnvConfig) -> str:
-    """The backend that will run `env_config.id`: "envpool", "gymnasium" or "prefix" (the
-    prefix-adder ids, whatever `env.backend` says).
+    """The backend that will run `env_config.id`: "prefix" for the prefix-adder ids (whatever
+    `env.backend` says), else "envpool", "gymnasium" or "jax" (a JAX environment stepped on
+    the host, `podracer.envs.jax_host`), the first that has the id.
 
     Raises UnknownEnvError (listing close matches) when the chosen backend lacks the id.
     """
-    from podracer.envs import envpool_env, gymnasium_env, unknown_env_error
+    from podracer.envs import envpool_env, gymnasium_env, jax_env_ids, unknown_env_error
 
     if _is_prefix_id(env_config.id):
         return "prefix"
@@ -131,18 +135,31 @@ def host_backend(env_config: EnvConfig) -> str:
         return "envpool"
     if backend in ("auto", "gymnasium") and env_config.id in gymnasium_env.gymnasium_ids():
         return "gymnasium"
-    known = {"envpool": envpool_env.envpool_ids, "gymnasium": gymnasium_env.gymnasium_ids}
+    if backend in ("auto", "jax") and env_config.id in jax_env_ids():
+        return "jax"
+    known = {"envpool": envpool_env.envpool_ids, "gymnasium": gymnasium_env.gymnasium_ids, "jax": jax_env_ids}
     ids = host_env_ids() if backend == "auto" else sorted(known[backend]())
     raise unknown_env_error(env_config.id, ids, "host" if backend == "auto" else backend)
 
 
-def host_env_specs(env_config: EnvConfig) -> tuple[ObsSpec, DiscreteSpec]:
+def action_spec_of(space: Any, env_id: str) -> ActionSpec:
+    """The action spec of a Gymnasium action space: `Discrete` or a bounded `Box`."""
+    import gymnasium
+
+    if isinstance(space, gymnasium.spaces.Discrete):
+        return DiscreteSpec(int(space.n))
+    if isinstance(space, gymnasium.spaces.Box):
+        return box_spec(space.shape, space.low, space.high)
+    raise ValueError(f"{env_id} has action space {space}; podracer supports Discrete and Box action spaces")
+
+
+def host_env_specs(env_config: EnvConfig) -> tuple[ObservationSpec, ActionSpec]:
     """Observation and action specs of a host environment, without building a batch.
 
     A prefix adder's observation spec is a `MaskedObs` of `ObsSpec`s; asking for synthesis
     rewards where Yosys is missing raises `SynthesisUnavailable` (a ValueError, one line).
     """
-    from podracer.envs import envpool_env, gymnasium_env
+    from podracer.envs import envpool_env, gymnasium_env, jax_host
 
     backend = host_backend(env_config)
     if backend == "prefix":
@@ -151,15 +168,17 @@ def host_env_specs(env_config: EnvConfig) -> tuple[ObsSpec, DiscreteSpec]:
         return prefix_host_specs(env_config.id, env_config.max_episode_steps)
     if backend == "envpool":
         return envpool_env.envpool_specs(env_config)
+    if backend == "jax":
+        return jax_host.jax_host_specs(env_config)
     return gymnasium_env.gymnasium_specs(env_config)
 
 
 def make_host_env(env_config: EnvConfig, num_envs: int, seed: int, num_threads: int = 0) -> HostEnv:
     """A batch of `num_envs` host environments for `env_config` (EnvPool, else Gymnasium).
 
-    num_threads: EnvPool worker threads (0: EnvPool's default); ignored by Gymnasium.
+    num_threads: EnvPool worker threads (0: EnvPool's default); ignored by the others.
     """
-    from podracer.envs import envpool_env, gymnasium_env
+    from podracer.envs import envpool_env, gymnasium_env, jax_host
 
     backend = host_backend(env_config)
     if backend == "prefix":
@@ -168,4 +187,6 @@ def make_host_env(env_config: EnvConfig, num_envs: int, seed: int, num_threads: 
         return make_prefix_host_env(env_config.id, num_envs, seed, env_config.max_episode_steps)
     if backend == "envpool":
         return envpool_env.EnvPoolEnv(env_config, num_envs, seed, num_threads)
+    if backend == "jax":
+        return jax_host.JaxHostEnv(env_config, num_envs, seed)
     return gymnasium_env.GymnasiumEnv(env_config, num_envs, seed)

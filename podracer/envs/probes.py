@@ -1,7 +1,8 @@
 """Probe environments (after rejax / Andy Jones's debugging probes): tiny tasks whose
 solution is known in closed form, so an agent's learning machinery can be checked in
-seconds. Observations are `[1]` float32; every episode lasts one or two steps, but for
-`TimeLimitProbe`, whose episodes only end by a time limit.
+seconds. Observations are `[1]` float32; every episode lasts one or two steps (the
+masked probe's, one step when the agent respects its masks), but for `TimeLimitProbe`,
+whose episodes only end by a time limit.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from podracer.envs.base import JaxEnv
-from podracer.types import DiscreteSpec, ObsSpec
+from podracer.types import BoxSpec, DiscreteSpec, MaskedObs, ObsSpec, box_spec, masked_obs_spec
 
 
 @struct.dataclass
@@ -106,5 +107,56 @@ class TimeLimitProbe(_Probe):
         return ProbeState(obs, t), obs, jnp.float32(1.0), jnp.bool_(False)
 
 
+class MaskedActionProbe(ObsRewardProbe):
+    """Legal-action masks: observation `MaskedObs([+-1], mask [4])`. Action 0 is never
+    legal, 1 only when obs is -1, 3 only when it is +1, 2 always. An illegal action pays +2
+    (the best reward: an agent blind to the mask learns to take it) and the episode goes
+    on; a legal one ends it with +1 for the matching action (1 at -1, 3 at +1) and -1 for
+    action 2. An agent that respects the mask has episodes of length exactly 1 and learns
+    a return of 1."""
+
+    name = "ProbeMaskedAction"
+    num_actions = 4
+
+    def observation_spec(self, params: Any) -> MaskedObs:
+        return masked_obs_spec(ObsSpec((1,), jnp.dtype(jnp.float32)), self.num_actions)
+
+    def max_episode_steps(self, params: Any) -> int:
+        return 4
+
+    def reset_env(self, key, params):
+        state, obs = super().reset_env(key, params)
+        return state, self._masked(obs)
+
+    def step_env(self, key, state, action, params):
+        legal = self.legal(state.obs)[action]
+        best = jnp.where(state.obs[0] > 0, 3, 1)
+        reward = jnp.where(legal, jnp.where(action == best, 1.0, -1.0), 2.0)
+        return state, self._masked(state.obs), reward, legal
+
+    @staticmethod
+    def legal(obs: jax.Array) -> jax.Array:
+        positive = obs[0] > 0
+        return jnp.stack([jnp.bool_(False), ~positive, jnp.bool_(True), positive])
+
+    def _masked(self, obs: jax.Array) -> MaskedObs:
+        return MaskedObs(obs, self.legal(obs))
+
+
+class BoxActionProbe(ObsRewardProbe):
+    """Continuous actions: one step, observation +-1, action in the box `[-1, 1]`, reward
+    `-(a - obs / 2)^2` for the action clipped to the box: the mean action must learn
+    `obs / 2` (return 0; a uniform random policy gets about -0.58)."""
+
+    name = "ProbeBoxAction"
+
+    def action_spec(self, params: Any) -> BoxSpec:
+        return box_spec((1,), -1.0, 1.0)
+
+    def step_env(self, key, state, action, params):
+        a = jnp.clip(jnp.asarray(action, jnp.float32).reshape(-1)[0], -1.0, 1.0)
+        return state, state.obs, -jnp.square(a - 0.5 * state.obs[0]), jnp.bool_(True)
+
+
 PROBES = {p.name: p for p in (ConstantRewardProbe, ObsRewardProbe, ActionRewardProbe, DiscountingProbe,
-                              TimeLimitProbe)}
+                              TimeLimitProbe, MaskedActionProbe, BoxActionProbe)}

@@ -1,4 +1,11 @@
-"""Policy-gradient losses."""
+"""Policy-gradient losses, and legal-action masks on categorical policies.
+
+A mask is `bool [..., A]`, True where the action is legal. Masked logits are `-inf` at
+illegal actions, so the policy gives them probability 0, log-probabilities and entropies are
+those of the distribution over the legal actions, and nothing is NaN (values or gradients).
+A row with no legal action at all is left unmasked (an environment should never produce one;
+this keeps a terminal observation with an empty mask from poisoning a loss).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +15,18 @@ import jax.numpy as jnp
 Array = jax.Array
 
 
+def legal_or_all(legal: Array) -> Array:
+    """`legal`, with rows that have no legal action made all legal: `bool [..., A]`."""
+    return legal | ~jnp.any(legal, axis=-1, keepdims=True)
+
+
+def masked_logits(logits: Array, legal: Array | None) -> Array:
+    """Logits `[..., A]` with illegal actions set to `-inf` (unchanged without a mask)."""
+    if legal is None:
+        return logits
+    return jnp.where(legal_or_all(legal), logits, -jnp.inf)
+
+
 def categorical_log_prob(logits: Array, action: Array) -> Array:
     """`log pi(a|s)` for logits `[..., A]` and integer actions `[...]`."""
     log_probs = jax.nn.log_softmax(logits)
@@ -15,9 +34,11 @@ def categorical_log_prob(logits: Array, action: Array) -> Array:
 
 
 def entropy_loss(logits: Array) -> Array:
-    """Negative mean entropy of categorical policies with logits `[..., A]`."""
+    """Negative mean entropy of categorical policies with logits `[..., A]`; `-inf` logits
+    (masked actions) contribute nothing (`0 log 0 = 0`), in value and in gradient."""
     log_probs = jax.nn.log_softmax(logits)
-    return jnp.mean(jnp.sum(jnp.exp(log_probs) * log_probs, axis=-1))
+    finite = jnp.where(jnp.isfinite(log_probs), log_probs, 0.0)  # a where on the input: no 0 * inf
+    return jnp.mean(jnp.sum(jnp.exp(log_probs) * finite, axis=-1))
 
 
 def clipped_surrogate_loss(

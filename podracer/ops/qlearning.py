@@ -3,6 +3,8 @@ Huber loss and epsilon-greedy action selection.
 
 Names carry time as in rlax: `q_tm1` are the values at the state the action was taken in,
 `q_t` those at the state bootstrapped from, `discount_t` the discount applied to them.
+`legal_t` (optional, `bool [B, A]`) marks the legal actions of the bootstrap state: the
+targets then maximise over legal actions only (a row with none is treated as all legal).
 """
 
 from __future__ import annotations
@@ -11,7 +13,20 @@ import chex
 import jax
 import jax.numpy as jnp
 
+from podracer.ops.losses import legal_or_all
+
 Array = jax.Array
+
+
+def masked_argmax(values: Array, legal: Array | None = None) -> Array:
+    """`argmax` over the last axis, among legal actions only when `legal` is given: `[..., A] -> [...]`."""
+    if legal is None:
+        return jnp.argmax(values, axis=-1)
+    return jnp.argmax(jnp.where(legal_or_all(legal), values, -jnp.inf), axis=-1)
+
+
+def _value_at(values: Array, index: Array) -> Array:
+    return jnp.take_along_axis(values, index[..., None], axis=-1)[..., 0]
 
 
 def n_step_targets(
@@ -48,24 +63,27 @@ def n_step_targets(
     return returns, discount, last
 
 
-def q_learning_target(r_t: Array, discount_t: Array, q_t: Array) -> Array:
-    """DQN's target `r + discount * max_a Q_target(s', a)` (Mnih et al. 2015).
+def q_learning_target(r_t: Array, discount_t: Array, q_t: Array, legal_t: Array | None = None) -> Array:
+    """DQN's target `r + discount * max_a Q_target(s', a)` (Mnih et al. 2015), the max over
+    legal actions when `legal_t` is given.
 
     r_t, discount_t: `[B]`; q_t: `[B, A]` target-network values at the bootstrap state.
     """
     chex.assert_rank([r_t, discount_t, q_t], [1, 1, 2])
-    return jax.lax.stop_gradient(r_t + discount_t * jnp.max(q_t, axis=-1))
+    best = jnp.max(q_t, axis=-1) if legal_t is None else _value_at(q_t, masked_argmax(q_t, legal_t))
+    return jax.lax.stop_gradient(r_t + discount_t * best)
 
 
-def double_q_learning_target(r_t: Array, discount_t: Array, q_t_value: Array, q_t_selector: Array) -> Array:
+def double_q_learning_target(r_t: Array, discount_t: Array, q_t_value: Array, q_t_selector: Array,
+                             legal_t: Array | None = None) -> Array:
     """Double DQN's target (van Hasselt et al. 2016): the online network selects the
-    action, the target network evaluates it: `r + discount * Q_target(s', argmax Q_online(s', .))`.
+    action (among legal ones, given `legal_t`), the target network evaluates it:
+    `r + discount * Q_target(s', argmax Q_online(s', .))`.
 
     q_t_value: `[B, A]` target-network values; q_t_selector: `[B, A]` online-network values.
     """
     chex.assert_rank([r_t, discount_t, q_t_value, q_t_selector], [1, 1, 2, 2])
-    best = jnp.argmax(q_t_selector, axis=-1)
-    value = jnp.take_along_axis(q_t_value, best[:, None], axis=-1)[:, 0]
+    value = _value_at(q_t_value, masked_argmax(q_t_selector, legal_t))
     return jax.lax.stop_gradient(r_t + discount_t * value)
 
 
@@ -82,10 +100,14 @@ def huber_loss(x: Array, delta: float = 1.0) -> Array:
     return 0.5 * quadratic**2 + delta * (abs_x - quadratic)
 
 
-def epsilon_greedy(key: jax.Array, q: Array, epsilon: Array) -> Array:
-    """With probability `epsilon` a uniformly random action, else `argmax q`: `[B, A] -> [B]`."""
+def epsilon_greedy(key: jax.Array, q: Array, epsilon: Array, legal: Array | None = None) -> Array:
+    """With probability `epsilon` a uniformly random action, else `argmax q`: `[B, A] -> [B]`
+    int32. Given `legal` (`bool [B, A]`), both the random and the greedy action are legal."""
     explore_key, action_key = jax.random.split(key)
     batch, num_actions = q.shape
-    random_action = jax.random.randint(action_key, (batch,), 0, num_actions)
+    if legal is None:
+        random_action = jax.random.randint(action_key, (batch,), 0, num_actions)
+    else:  # uniform over the legal actions
+        random_action = jax.random.categorical(action_key, jnp.where(legal_or_all(legal), 0.0, -jnp.inf))
     explore = jax.random.uniform(explore_key, (batch,)) < epsilon
-    return jnp.where(explore, random_action, jnp.argmax(q, axis=-1)).astype(jnp.int32)
+    return jnp.where(explore, random_action, masked_argmax(q, legal)).astype(jnp.int32)

@@ -1,0 +1,269 @@
+"""The agent contract, checked for every registered algorithm (`podracer.agents.registry`).
+
+Every test is parametrized over `algorithms()` (and, where it applies, the action spaces:
+discrete, discrete with legal-action masks, continuous box, each with its probe
+environment), so an algorithm added with `register_algorithm` before collection is checked
+here with no new test code. A case an algorithm does not declare (a `BoxSpec` it does not
+support, masks it does not respect) is skipped with that reason; that such a pairing is
+refused is tested on its own (`test_pairing_is_checked_before_compiling`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import types
+import typing
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import anakin
+import sebulba
+from anakin import AnakinConfig
+from experiments.cli import main
+from experiments.presets import PRESETS
+from podracer.agents import algorithms, make_agent
+from podracer.config import Config, ConfigError, EnvConfig
+from podracer.envs import make_jax_env
+from podracer.types import BoxSpec, DiscreteSpec, MaskedObs
+from sebulba import SebulbaConfig
+from tests.contract_helpers import (anakin_vs_sebulba, learned_policy_ok, one_vs_four_devices, probe_batch,
+                                    rejected_batch)
+
+SPACES = {"discrete": "ProbeActionReward", "masked": "ProbeMaskedAction", "box": "ProbeBoxAction"}
+NAMES = list(algorithms())
+CASES = [(name, space) for name in NAMES for space in SPACES]
+ARCHS = ("anakin", "sebulba")
+
+
+def supports(name: str, space: str) -> bool:
+    algorithm = algorithms()[name]
+    env = make_jax_env(SPACES[space])
+    return algorithm.supports(env.action_spec(None)) and (space != "masked" or algorithm.masks)
+
+
+def require(name: str, space: str) -> None:
+    if not supports(name, space):
+        what = "BoxSpec (continuous) actions" if space == "box" else "legal-action masks"
+        pytest.skip(f"{name} declares no support for {what}")
+
+
+def arch_config(arch: str, rollout_length: int, envs_per_device: int, **kwargs) -> AnakinConfig | SebulbaConfig:
+    """Two learner devices either way (Sebulba acts on a third)."""
+    if arch == "anakin":
+        return AnakinConfig(num_envs=2 * envs_per_device, rollout_length=rollout_length, devices=(0, 1), **kwargs)
+    return SebulbaConfig(num_envs=2 * envs_per_device, rollout_length=rollout_length, actor_devices=(2,),
+                         learner_devices=(0, 1), **kwargs)
+
+
+@contextlib.contextmanager
+def preset(monkeypatch, config: Config):
+    """`config` as the command line's preset `contract`."""
+    monkeypatch.setitem(PRESETS, "contract", lambda: config)
+    yield "contract"
+
+
+@contextlib.contextmanager
+def nothing_compiled():
+    """Fails if JAX traces, lowers or compiles anything inside the block."""
+    events: list[str] = []
+
+    def listen(name: str, *args, **kwargs) -> None:
+        if name.startswith("/jax/core/compile/"):
+            events.append(name)
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        yield
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    assert not events, f"compiled before failing: {sorted(set(events))}"
+
+
+def one_line_exit_2(capsys, argv: list[str], *fragments: str) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(a) for a in argv])
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert exit_info.value.code == 2, err
+    assert len(lines) == 1 and lines[0].startswith("podracer: error: ") and "Traceback" not in err, err
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    return lines[0]
+
+
+def bad_value(annotation) -> object:
+    """A value no config field of this type should accept, or None for fields any value fits."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):  # `float | None`: what the non-None type rejects
+        options = [a for a in args if a is not type(None)]
+        return bad_value(options[0]) if len(options) == 1 else None
+    if annotation is float:
+        return math.nan
+    if annotation is int:
+        return -10**9
+    if origin is typing.Literal:
+        return "no-such-choice"
+    if origin is tuple:
+        return (-1,)
+    return None
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_config_errors_name_the_field(name, capsys, monkeypatch, tmp_path):
+    """Every hyperparameter is validated: NaN floats, absurd ints, unknown choices raise a
+    ConfigError naming `agent.<field>`; on the command line, exit 2 with one line, nothing
+    written."""
+    algorithm = algorithms()[name]
+    hints = typing.get_type_hints(algorithm.config)
+    checked = []
+    for field in dataclasses.fields(algorithm.config):
+        value = bad_value(hints[field.name])
+        if value is None:
+            continue
+        with pytest.raises(ConfigError, match=f"agent.{field.name}"):
+            dataclasses.replace(algorithm.config(), **{field.name: value})
+        checked.append(field.name)
+    assert checked, f"{name}: no field to check"
+    config = Config(agent=algorithm.default_probe_config(), arch=AnakinConfig(), env=EnvConfig(SPACES["discrete"]),
+                    run_dir=str(tmp_path / "run"))
+    float_field = next(name for name in checked if isinstance(bad_value(hints[name]), float))
+    with preset(monkeypatch, config) as preset_name:
+        one_line_exit_2(capsys, ["train", preset_name, f"--agent.{float_field.replace('_', '-')}", "nan"],
+                        f"agent.{float_field}")
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("name", NAMES)
+def test_bad_batch_splits_exit_2_before_compiling(name, arch, capsys, monkeypatch, tmp_path):
+    """A batch the algorithm's (mandatory) check rejects stops `podracer train` on either
+    architecture with exit 2 and one line, before anything compiles or is written; a batch
+    it accepts passes setup."""
+    algorithm = algorithms()[name]
+    configs = [algorithm.default_probe_config(), algorithm.config()]
+    configs += [make().agent for make in PRESETS.values() if type(make().agent) is algorithm.config]
+    agent_config, bad, good = rejected_batch(algorithm, configs)
+    base = Config(agent=agent_config, env=EnvConfig(SPACES["discrete"]), run_dir=str(tmp_path / "run"),
+                  arch=arch_config(arch, *good), total_env_steps=10**7)
+    runner = anakin.runner if arch == "anakin" else sebulba.runner
+    runner.setup(base)  # the accepted batch passes
+    config = dataclasses.replace(base, arch=arch_config(arch, *bad))
+    with pytest.raises(ConfigError):
+        runner.setup(config)
+    with preset(monkeypatch, config) as preset_name, nothing_compiled():
+        one_line_exit_2(capsys, ["train", preset_name], "agent.")
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("name, space", CASES)
+def test_pairing_is_checked_before_compiling(name, space, arch, capsys, monkeypatch, tmp_path):
+    """An algorithm on an action space (or masks) it does not declare exits 2 with one line
+    naming both, before anything compiles; a declared pairing passes setup."""
+    algorithm = algorithms()[name]
+    config = Config(agent=algorithm.default_probe_config(), env=EnvConfig(SPACES[space]),
+                    arch=arch_config(arch, *probe_batch()), run_dir=str(tmp_path / "run"))
+    runner = anakin.runner if arch == "anakin" else sebulba.runner
+    if supports(name, space):
+        runner.setup(config)
+        return
+    with preset(monkeypatch, config) as preset_name, nothing_compiled():
+        one_line_exit_2(capsys, ["train", preset_name], name, SPACES[space])
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("name, space", CASES)
+def test_act_and_greedy_act_agree_with_the_spec(name, space):
+    """Shapes, dtypes, bounds and legality of the actions, and extras batched like them."""
+    require(name, space)
+    algorithm = algorithms()[name]
+    env = make_jax_env(SPACES[space])
+    obs_spec, action_spec = env.observation_spec(None), env.action_spec(None)
+    agent = make_agent(algorithm.default_probe_config(), obs_spec, action_spec, num_updates=10, axis_name=None)
+    params = jax.jit(agent.init)(jax.random.key(0)).params
+    B, K = 8, 16
+    _, obs = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(jax.random.key(1), B), None)
+    if isinstance(obs, MaskedObs):  # random masks, at least one legal action each
+        legal = jax.random.bernoulli(jax.random.key(2), 0.4, obs.action_mask.shape)
+        obs = MaskedObs(obs.obs, legal.at[:, 0].set(~jnp.any(legal[:, 1:], axis=-1)))
+    actions, extras = jax.jit(jax.vmap(agent.act, in_axes=(None, None, 0)))(
+        params, obs, jax.random.split(jax.random.key(3), K))
+    greedy = None if agent.greedy_act is None else jax.jit(agent.greedy_act)(params, obs)
+    for leaf in jax.tree.leaves(extras):
+        assert leaf.shape[:2] == (K, B)
+    for action in (np.asarray(actions), None if greedy is None else np.asarray(greedy)[None]):
+        if action is None:
+            continue
+        if isinstance(action_spec, DiscreteSpec):
+            assert action.shape[1:] == (B,) and action.dtype == np.int32
+            assert action.min() >= 0 and action.max() < action_spec.num_actions
+            if isinstance(obs, MaskedObs):
+                assert np.take_along_axis(np.asarray(obs.action_mask)[None].repeat(len(action), 0),
+                                          action[..., None], -1).all(), "an illegal action was chosen"
+        else:
+            assert isinstance(action_spec, BoxSpec)
+            assert action.shape[1:] == (B,) + tuple(action_spec.shape) and np.issubdtype(action.dtype, np.floating)
+            assert np.isfinite(action).all()
+    if greedy is not None and isinstance(action_spec, BoxSpec):
+        assert (np.asarray(greedy) >= action_spec.low).all() and (np.asarray(greedy) <= action_spec.high).all()
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("name, space", CASES)
+def test_update_on_four_devices_equals_the_global_batch_on_one(name, space):
+    """With the algorithm's split-invariant config (`Algorithm.exact_config`), Sebulba's
+    learner step on 4 devices gives the state `agent.update` gives the whole batch on one
+    device; its metrics are device-invariant (the metrics rule) and the loss is the same."""
+    require(name, space)
+    one_vs_four_devices(algorithms()[name], SPACES[space])
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("name, space", CASES)
+def test_anakin_and_sebulba_give_the_same_update(name, space):
+    """The same trajectories, keys (`anakin.program.iteration_keys`) and state give the same
+    parameters through Anakin's compiled program and Sebulba's learner step (2 devices
+    each), over as many updates as it takes the parameters to move."""
+    require(name, space)
+    anakin_vs_sebulba(algorithms()[name], SPACES[space])
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("name, space", CASES)
+def test_learns_its_probe(name, space, tmp_path):
+    """The algorithm's probe config learns the probe of each action space it declares under
+    Anakin; with masks, no illegal action is ever taken (every episode lasts one step), and
+    `evaluate` of the run's checkpoint (masks restored with the state) scores the optimum."""
+    from experiments.evaluate import evaluate
+    from experiments.train import train
+
+    require(name, space)
+    algorithm = algorithms()[name]
+    config = Config(env=EnvConfig(SPACES[space]), agent=algorithm.default_probe_config(),
+                    total_env_steps=algorithm.probe_steps, run_dir=str(tmp_path / "run"),
+                    arch=AnakinConfig(num_envs=16, rollout_length=8, devices=(0,), updates_per_call=50))
+    result = train(config, console=False)
+    learned_policy_ok(result, config, space)
+    if space == "masked":
+        rows = result.metrics
+        assert all(row["episode_length"] == 1.0 for row in rows), [row["episode_length"] for row in rows]
+        assert evaluate(result.run_dir, episodes=16)["mean_return"] == 1.0
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("name", NAMES)
+def test_sebulba_carries_masks_to_acting_and_learning(name):
+    """Under Sebulba (a JAX environment stepped on the host), masked observations reach
+    `act` and the learner: no illegal action is ever taken."""
+    require(name, "masked")
+    algorithm = algorithms()[name]
+    config = Config(env=EnvConfig(SPACES["masked"]), agent=algorithm.default_probe_config(), total_env_steps=2_048,
+                    arch=SebulbaConfig(num_envs=16, rollout_length=8, actor_devices=(0,), learner_devices=(1, 2),
+                                       updates_per_log=4))
+    rows = sebulba.train(config).metrics
+    assert rows and all(row["episode_length"] == 1.0 for row in rows), [row["episode_length"] for row in rows]

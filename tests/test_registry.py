@@ -1,0 +1,138 @@
+"""The algorithm registry and the metrics rule: declaring, registering, finding algorithms,
+and runners refusing an `update` whose metrics still vary across devices."""
+
+import dataclasses
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import PartitionSpec as P
+
+from podracer import parallel
+from podracer.agents import Algorithm, PPOConfig, algorithm_for, algorithms, make_ppo, register_algorithm
+from podracer.agents import registry
+from podracer.config import Config, ConfigError, EnvConfig, from_dict, to_dict
+from podracer.types import BatchShape, BoxSpec, DiscreteSpec, ObsSpec
+
+
+@dataclasses.dataclass(frozen=True)
+class ToyConfig:
+    num_minibatches: int = 1
+
+    def check_batch(self, batch: BatchShape) -> None:
+        pass
+
+
+def toy(name="toy", **fields) -> Algorithm:
+    return Algorithm(**{"name": name, "config": ToyConfig, "make": make_ppo, "check_batch": ToyConfig.check_batch,
+                        **fields})
+
+
+def test_the_builtins_declare_themselves():
+    assert list(algorithms()) == ["ppo", "impala", "dqn"]
+    for name, algorithm in algorithms().items():
+        assert algorithm_for(algorithm.config()) is algorithm
+        assert algorithm.masks and DiscreteSpec in algorithm.action_spaces
+    with pytest.raises(ConfigError, match="no algorithm is registered for ToyConfig"):
+        algorithm_for(ToyConfig())
+
+
+def test_the_batch_check_is_mandatory_and_the_record_validated():
+    with pytest.raises(TypeError):
+        Algorithm("toy", ToyConfig, make_ppo)  # no check_batch
+    with pytest.raises(TypeError, match="check_batch must be callable"):
+        toy(check_batch=None)
+    with pytest.raises(ValueError, match="action_spaces"):
+        toy(action_spaces=(ObsSpec,))
+    with pytest.raises(TypeError, match="config must be a dataclass"):
+        toy(config=int)
+
+
+def test_register_one_call_and_everything_sees_it(capsys):
+    from experiments.cli import main
+    from experiments.train import config_types
+
+    with pytest.raises(ValueError, match="built-in"):
+        register_algorithm(toy(name="ppo"))
+    register_algorithm(toy())
+    try:
+        assert algorithm_for(ToyConfig()).name == "toy" and "toy" in algorithms()
+        with pytest.raises(ValueError, match="already registered"):
+            register_algorithm(toy())
+        register_algorithm(toy(masks=True, action_spaces=(DiscreteSpec, BoxSpec)), overwrite=True)
+        assert algorithms()["toy"].masks
+        assert ToyConfig in config_types()  # a saved config.json naming it loads back
+        from anakin import AnakinConfig
+
+        config = Config(agent=ToyConfig(3), arch=AnakinConfig(), env=EnvConfig("Catch"))
+        assert from_dict(to_dict(config), config_types()).agent == ToyConfig(3)
+        main(["list"])
+        out = capsys.readouterr().out
+        assert re.search(r"^  toy +ToyConfig: DiscreteSpec, BoxSpec, action masks$", out, re.MULTILINE), out
+    finally:
+        registry.unregister_algorithm("toy")
+    assert "toy" not in algorithms()
+
+
+def _metrics_update(averaged: bool, axis: str):
+    def update(state, traj, key):
+        loss = jnp.mean(traj)
+        return state, {"loss": parallel.pmean(loss, axis) if averaged else loss}
+
+    return update
+
+
+@pytest.mark.parametrize("averaged", [True, False])
+def test_the_metrics_rule_is_checked_under_shard_map(averaged):
+    """Metrics averaged by the agent pass; a metric left per-device is an error naming it."""
+    mesh = parallel.make_mesh(jax.devices()[:4], "d")
+    update = registry.checked_update(_metrics_update(averaged, "d"), "d")
+    run = jax.jit(jax.shard_map(update, mesh=mesh, in_specs=(P(), P("d"), P()), out_specs=(P(), P()),
+                                check_vma=True))
+    args = (jnp.zeros(()), jnp.arange(8.0), jax.random.key(0))
+    if averaged:
+        np.testing.assert_allclose(run(*args)[1]["loss"], 3.5)
+    else:
+        with pytest.raises(registry.MetricsRuleError, match=r"differ across devices \(loss\)"):
+            run(*args)
+    with pytest.raises(registry.MetricsRuleError, match="non-scalar metrics loss"):
+        registry.check_metrics({"loss": jnp.zeros(3)}, None)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("runner", ["anakin", "sebulba"])
+def test_both_runners_refuse_metrics_the_agent_did_not_average(runner, monkeypatch):
+    """An agent that forgets to average a metric fails when its program is built, in both
+    runners, with the metrics rule's message (and nothing averages it for the agent)."""
+    import anakin
+    import sebulba
+    from anakin import AnakinConfig
+    from sebulba import SebulbaConfig
+
+    def forgetful(make):
+        def make_agent(*args, **kwargs):
+            agent = make(*args, **kwargs)
+
+            def update(state, traj, key):
+                state, metrics = agent.update(state, traj, key)
+                return state, {**metrics, "local_reward": jnp.mean(traj.reward)}
+
+            return agent._replace(update=update)
+
+        return make_agent
+
+    agent = PPOConfig(num_minibatches=1, num_epochs=1, hidden_sizes=(8,))
+    if runner == "anakin":
+        monkeypatch.setattr(anakin.runner, "make_checked_agent", forgetful(anakin.runner.make_checked_agent))
+        config = Config(agent=agent, env=EnvConfig("ProbeActionReward"), total_env_steps=64,
+                        arch=AnakinConfig(num_envs=4, rollout_length=8, devices=(0, 1), updates_per_call=1))
+        with pytest.raises(registry.MetricsRuleError, match="local_reward"):
+            anakin.train(config)
+    else:
+        monkeypatch.setattr(sebulba.runner, "make_checked_agent", forgetful(sebulba.runner.make_checked_agent))
+        config = Config(agent=agent, env=EnvConfig("ProbeActionReward"), total_env_steps=64,
+                        arch=SebulbaConfig(num_envs=4, rollout_length=8, actor_devices=(2,), learner_devices=(0, 1)))
+        with pytest.raises(registry.MetricsRuleError, match="local_reward"):
+            sebulba.train(config)
