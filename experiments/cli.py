@@ -115,7 +115,7 @@ def resolve_config(preset: str, overrides: list[str]):
         import difflib
 
         close = difflib.get_close_matches(preset, list(PRESETS), n=1)
-        hint = f"; did you mean {close[0]}?" if close else f"; run `podracer list`"
+        hint = f"; did you mean {close[0]}?" if close else "; run `podracer list`"
         _fail(f"unknown preset {preset!r}{hint}")
     return apply_overrides(PRESETS[preset](), overrides)
 

@@ -14,7 +14,7 @@ from podracer.agents import PPOConfig
 from podracer.config import Config, ConfigError, EnvConfig
 from sebulba import SebulbaConfig, setup, train
 from sebulba.layout import device_indices
-from sebulba.learner import AXIS, device_keys, make_update_step, trajectory_sharding
+from sebulba.learner import device_keys, make_update_step, trajectory_sharding
 from tests.helpers import assert_sustained, tree_allclose
 
 TIMING_KEYS = (
