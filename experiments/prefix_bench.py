@@ -21,8 +21,10 @@ def bench_prefix_env(bits: int = 16, num_envs: int = 256, steps: int = 64, repea
     def random_step(carry, key):
         state, obs = carry
         act_key, step_key = jax.random.split(key)
-        logits = jnp.where(obs.action_mask, 0.0, -jnp.inf)
-        action = jax.random.categorical(act_key, logits)
+        # A uniformly random legal action from one uniform per env: the k-th legal action.
+        legal = jnp.cumsum(obs.action_mask, axis=-1)
+        k = jnp.floor(jax.random.uniform(act_key, (num_envs,)) * legal[:, -1]).astype(jnp.int32)
+        action = jax.vmap(lambda counts, k: jnp.searchsorted(counts, k, side="right"))(legal, k)
         state, timestep = jax.vmap(env.step)(jax.random.split(step_key, num_envs), state, action)
         return (state, timestep.obs), timestep.reward.mean()
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 from podracer.envs.base import JaxEnv
@@ -89,41 +90,58 @@ class PrefixAdderEnv(JaxEnv):
         self.delay_ref = float(np_graph.delay(ref, self.fanout_weight))
         self.name = f"PrefixAdder-{bits}" + ("" if area_weight is None else f"-w{area_weight:g}")
         self._ripple = np_graph.empty_graph(bits)
-        self._sklansky = sklansky(bits)
+        self._starts = {"ripple": self._fixed_start(self._ripple), "sklansky": self._fixed_start(sklansky(bits))}
 
     @property
     def channels(self) -> int:
         return 4 if self.area_weight is not None else 5
 
     # --- dynamics ---------------------------------------------------------------------
-    def initial_graph(self, uniforms: jax.Array) -> jax.Array:
-        """`bool [N, N]`: the graph an episode starts from, given `N * N + 2` uniforms in
-        [0, 1) (one random draw per reset: threefry is slow to compile on CPU)."""
+    def _fixed_start(self, nodes: np.ndarray) -> tuple[PrefixState, jax.Array]:
+        """State (weight 0) and features of a fixed first graph, computed once in NumPy."""
+        state = PrefixState(jnp.asarray(nodes), jnp.float32(np_graph.area(nodes)),
+                            jnp.float32(np_graph.delay(nodes, self.fanout_weight)), jnp.float32(0.0),
+                            jnp.asarray(np_graph.action_mask(nodes)))
+        return state, jnp.asarray(np_graph.features(nodes, self.fanout_weight))
+
+    def random_graph(self, uniforms: jax.Array) -> jax.Array:
+        """`bool [N, N]`: a random legal graph from `N * N + 1` uniforms in [0, 1)."""
         n = self.bits
-        ripple, skl = jnp.asarray(self._ripple), jnp.asarray(self._sklansky)
-        if self.reset_kind == "ripple":
-            return ripple
-        if self.reset_kind == "sklansky":
-            return skl
-        density = uniforms[0] * self.max_density
-        cells = uniforms[2:].reshape(n, n) < density
-        random = jax_graph.legalize(ripple | (jax_graph.editable(n) & cells))
-        if self.reset_kind == "random":
-            return random
-        choice = jnp.floor(uniforms[1] * 3).astype(jnp.int32)
-        return jnp.select([choice == 0, choice == 1], [ripple, skl], random)
+        cells = uniforms[1:].reshape(n, n) < uniforms[0] * self.max_density
+        return jax_graph.legalize(jnp.asarray(self._ripple) | (jax_graph.editable(n) & cells))
 
     def make_state(self, nodes: jax.Array, area_weight: jax.Array) -> tuple[PrefixState, MaskedObs]:
         """The state and observation of graph `nodes` (legal) with weight `area_weight`."""
+        state, features = self._analyse(nodes)
+        return self._with_weight(state, features, area_weight)
+
+    def _analyse(self, nodes: jax.Array) -> tuple[PrefixState, jax.Array]:
         analysis = jax_graph.analyse(nodes, self.fanout_weight)
-        state = PrefixState(nodes, analysis.area, analysis.delay, jnp.asarray(area_weight, jnp.float32),
-                            analysis.action_mask)
-        return state, self._obs(state, jax_graph.features(nodes, analysis))
+        state = PrefixState(nodes, analysis.area, analysis.delay, jnp.float32(0.0), analysis.action_mask)
+        return state, jax_graph.features(nodes, analysis)
+
+    def _with_weight(self, state: PrefixState, features: jax.Array, area_weight) -> tuple[PrefixState, MaskedObs]:
+        state = state.replace(area_weight=jnp.asarray(area_weight, jnp.float32))
+        return state, self._obs(state, features)
 
     def reset_env(self, key, params):
-        uniforms = jax.random.uniform(key, (self.bits * self.bits + 3,))
-        weight = uniforms[-1] if self.area_weight is None else jnp.float32(self.area_weight)
-        return self.make_state(self.initial_graph(uniforms[:-1]), weight)
+        """One random draw (threefry is slow to compile on CPU): the weight, and for random
+        starts the density and the cells; ripple and Sklansky starts are precomputed."""
+        sampled = self.area_weight is None
+        kind = self.reset_kind
+        count = int(sampled) + (self.bits * self.bits + 1 if kind in ("random", "mixed") else 0) + (kind == "mixed")
+        uniforms = jax.random.uniform(key, (max(count, 1),))
+        weight = uniforms[0] if sampled else jnp.float32(self.area_weight)
+        rest = uniforms[int(sampled):]
+        if kind in ("ripple", "sklansky"):
+            return self._with_weight(*self._starts[kind], weight)
+        random = self._analyse(self.random_graph(rest[: self.bits * self.bits + 1]))
+        if kind == "random":
+            return self._with_weight(*random, weight)
+        choice = jnp.floor(rest[-1] * 3).astype(jnp.int32)
+        options = (self._starts["ripple"], self._starts["sklansky"], random)
+        chosen = jax.tree.map(lambda a, b, c: jnp.select([choice == 0, choice == 1], [a, b], c), *options)
+        return self._with_weight(*chosen, weight)
 
     def step_env(self, key, state, action, params):
         nodes, _ = jax_graph.apply_action(state.nodes, action, state.action_mask)
