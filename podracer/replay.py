@@ -65,6 +65,8 @@ class Replay(NamedTuple):
     sample:         `(state, key, beta, hold_back=0) -> ReplaySample` of `batch_size` items
                     among those held and not held back (there must be at least one).
     get:            `(state, indices [M]) -> items [M, ...]`, the items in those slots.
+    newest:         `(state, count) -> indices [count]`: the slots of the `count` (static)
+                    items added last, oldest first (items only where that many are held).
     set_priorities: `(state, indices [M], priorities [M]) -> state`; slots that hold no
                     item are ignored (identity if uniform).
     size:           `(state) -> int32` items currently held (held-back ones included).
@@ -74,6 +76,7 @@ class Replay(NamedTuple):
     add: Callable[..., Any]
     sample: Callable[..., ReplaySample]
     get: Callable[[Any, Array], Any]
+    newest: Callable[[Any, int], Array]
     set_priorities: Callable[[Any, Array, Array], Any]
     size: Callable[[Any], Array]
 
@@ -97,6 +100,9 @@ def make_replay(
 
     def get(state: Any, indices: Array) -> Any:
         return jax.tree.map(lambda x: x[0, indices], state.experience)
+
+    def newest(state: Any, count: int) -> Array:
+        return ((state.current_index - count + jnp.arange(count)) % capacity).astype(jnp.int32)
 
     def add(state: Any, items: Any, hold_back: int = 0) -> Any:
         num = jax.tree.leaves(items)[0].shape[0]
@@ -142,7 +148,7 @@ def make_replay(
             tree.max_recorded_priority, jnp.max(jnp.where(held, values, 0.0))))
         return state.replace(sum_tree_state=set_leaves(tree, indices, values, held))
 
-    return Replay(buffer.init, add, sample, get, set_priorities, size)
+    return Replay(buffer.init, add, sample, get, newest, set_priorities, size)
 
 
 def set_leaves(tree: sum_tree.SumTreeState, indices: Array, values: Array, keep: Array) -> sum_tree.SumTreeState:
@@ -150,13 +156,17 @@ def set_leaves(tree: sum_tree.SumTreeState, indices: Array, values: Array, keep:
     ancestor of those leaves, level by level, as the sum of its two children: each inner
     node stays exactly the float sum of its children (no drift from added deltas).
     Duplicate indices get one of their values."""
-    nodes_size = tree.nodes.shape[0]
+    nodes_size = tree.nodes.shape[0]  # the index of a dropped write
     node = jnp.where(keep, sum_tree.get_tree_index(tree.tree_depth, indices), nodes_size)
     nodes = tree.nodes.at[node].set(values.astype(tree.nodes.dtype), mode="drop")
-    for _ in range(tree.tree_depth):
+
+    def level(_, carry):  # a loop, not unrolled: XLA:CPU compiles unrolled scatters slowly
+        nodes, node = carry
         node = jnp.where(node < nodes_size, (node - 1) // 2, nodes_size)
         children = jnp.minimum(2 * node + 1, nodes_size - 2)
-        nodes = nodes.at[node].set(nodes[children] + nodes[children + 1], mode="drop")
+        return nodes.at[node].set(nodes[children] + nodes[children + 1], mode="drop"), node
+
+    nodes, _ = jax.lax.fori_loop(0, tree.tree_depth, level, (nodes, node))
     return tree.replace(nodes=nodes)
 
 

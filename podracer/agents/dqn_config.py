@@ -28,7 +28,7 @@ class DQNConfig:
     adam_eps: float = 1e-5
     max_grad_norm: float = 10.0  # global-norm gradient clipping
     gamma: float = 0.99
-    n_step: int = 1  # rewards summed before bootstrapping (within a rollout)
+    n_step: int = 1  # rewards summed before bootstrapping (across rollouts; fewer only where an episode ended)
     double_q: bool = True  # van Hasselt et al. 2016
     loss: Literal["huber", "mse"] = "mse"  # "huber": Mnih et al. 2015 (Atari)
     huber_delta: float = 1.0
@@ -44,7 +44,7 @@ class DQNConfig:
     epsilon_decay_steps: int = 250_000  # env steps (all devices, one seed) of linear decay
     prioritized: bool = False  # Schaul et al. 2016
     priority_exponent: float = 0.6  # alpha
-    importance_exponent: float = 0.4  # beta at the start, annealed linearly to 1 over the run
+    importance_exponent: float = 0.4  # beta when learning starts, annealed linearly to 1 at the run's end
     priority_eps: float = 1e-6  # added to |TD error| so no transition gets priority 0
     unroll_sgd: bool = False  # unroll the gradient steps of an update (faster CNN updates on CPU, longer compile)
     torso: Literal["mlp", "nature_cnn", "impala_cnn"] = "mlp"
@@ -85,6 +85,9 @@ class DQNConfig:
         return max(1, math.ceil(self.steps_per_update(per_device_batch)))
 
     def check_batch(self, per_device_batch: int) -> None:
-        """Each update adds `per_device_batch` transitions to a device's buffer: it must fit."""
-        check(self.buffer_size >= per_device_batch, "agent.buffer_size",
-              f"must hold one update's transitions per device ({per_device_batch})", self.buffer_size)
+        """Each update adds `per_device_batch` steps to a device's buffer, whose newest
+        `n_step - 1` steps per environment wait for their successors: `n_step` updates' steps
+        must fit."""
+        need = self.n_step * per_device_batch
+        check(self.buffer_size >= need, "agent.buffer_size",
+              f"must hold agent.n_step ({self.n_step}) updates' steps per device ({need})", self.buffer_size)
