@@ -183,8 +183,10 @@ def gae_values(network, params, traj: Trajectory) -> tuple[jax.Array, jax.Array,
     step, whose `V(obs[0])` is computed (`[B]`, as the actor did) and compared bit for bit;
     if any differs (a lagging actor, `recomputed` is True), every `V(obs)` is recomputed,
     one forward pass over the `[T, B]` observations: the price of consistency under lag.
-    (A mismatch by float rounding alone only costs that pass; values computed with other
-    parameters cannot pass the check, so they are never mixed in.)
+    (A mismatch by float rounding alone only costs that pass; the actor's values pass only
+    if its parameters give the learner's values to the last bit on `B` observations, i.e.
+    they are the learner's, or differ by less than float32 can show: a last update of an
+    annealed learning rate.)
     """
     behaviour = traj.extras["value"]
     first_obs = jax.tree.map(lambda x: x[0], traj.obs)
