@@ -17,6 +17,7 @@ from podracer import parallel
 from podracer.agents import DQNConfig, algorithm_for, algorithms, make_agent
 from podracer.agents import dqn
 from podracer.config import Config, ConfigError, EnvConfig
+from podracer.counters import Count
 from podracer.envs import make_jax_env
 from podracer.replay import ReplaySample, Transition
 from podracer.types import BatchShape, DiscreteSpec, ObsSpec, Trajectory
@@ -67,8 +68,7 @@ def test_gradient_step_on_four_devices_equals_global_batch_on_one(loss):
     optimizer = dqn.make_optimizer(config)
     online = network.init(jax.random.key(0), jnp.zeros((1, 4)))
     target = network.init(jax.random.key(1), jnp.zeros((1, 4)))
-    learner = dqn.DQNLearnerState(optimizer.init(online), target, jnp.zeros((), jnp.int32), jnp.zeros(()),
-                                   jnp.zeros((), jnp.int32))
+    learner = dqn.DQNLearnerState(optimizer.init(online), target, Count.zeros(), jnp.zeros(()), Count.zeros())
     sample = random_items(0, 32)
 
     one = jax.jit(dqn.make_learn_on_batch(config, network, optimizer, None))
@@ -217,3 +217,22 @@ def test_replay_ratio_credit_carries_fractions_and_is_logged():
     tree_allclose(unrolled, state, rtol=1e-5, atol=1e-6)
     with pytest.raises(ConfigError, match="agent.replay_ratio"):
         DQNConfig(replay_ratio=0.0)
+
+
+@pytest.mark.timeout(120)
+def test_importance_exponent_reaches_one_at_the_last_update():
+    """Prioritized replay's beta anneals over the updates that learn, not from the run's
+    start: 6 updates of 8 env steps with learning from 20 steps (the 3rd update on) take
+    beta from 0.4 to 1 in 4 equal steps."""
+    config = DQNConfig(buffer_size=64, batch_size=8, prioritized=True, importance_exponent=0.4, learning_starts=20,
+                       hidden_sizes=(8,))
+    agent = dqn.make_dqn(config, OBS_SPEC, ACTION_SPEC, num_updates=6, axis_name=None)
+    update = jax.jit(agent.update)
+    state = jax.jit(agent.init)(jax.random.key(0))
+    betas, learning = [], []
+    for k in range(6):
+        state, metrics = update(state, numbered_trajectory(4, 2), jax.random.key(k))
+        betas.append(float(metrics["importance_exponent"]))
+        learning.append(float(metrics["learning"]))
+    assert learning == [0, 0, 1, 1, 1, 1]
+    np.testing.assert_allclose(betas[2:], [0.55, 0.7, 0.85, 1.0], rtol=1e-6)

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from podracer.envs import Catch, GymnaxEnv, UnknownEnvError, make_jax_env
+from podracer.envs import GYMNAX_IDS, Catch, GymnaxEnv, UnknownEnvError, make_jax_env
 
 
 def run(env, actions, key=0):
@@ -60,23 +60,57 @@ def test_time_limit_truncates_and_keeps_final_observation():
     np.testing.assert_allclose(np.asarray(ts.final_obs)[198], np.asarray(ts.obs)[198])
 
 
-def test_gymnax_adapter_matches_gymnax_dynamics():
+@functools.cache
+def _adapter_and_raw(env_id: str):
+    """The adapter and gymnax's own environment, built once and outside any trace (some
+    gymnax constructors compute with `jnp`)."""
     import gymnax
 
-    env = GymnaxEnv("CartPole-v1")
-    raw, raw_params = gymnax.make("CartPole-v1")
-    key = jax.random.key(3)
-    step, raw_step = jax.jit(env.step), jax.jit(raw.step_env)
-    state, obs = jax.jit(env.reset)(key, env.default_params)
-    raw_obs, raw_state = jax.jit(raw.reset_env)(key, raw_params)
-    np.testing.assert_allclose(obs, raw_obs)
-    for t in range(5):
-        k = jax.random.key(10 + t)
-        state, ts = step(k, state, jnp.int32(t % 2), env.default_params)
-        step_key, _ = jax.random.split(k)
-        raw_obs, raw_state, raw_r, raw_done, _ = raw_step(step_key, raw_state, jnp.int32(t % 2), raw_params)
-        np.testing.assert_allclose(ts.obs, raw_obs, rtol=1e-6)
-        assert float(ts.reward) == float(raw_r)
+    return GymnaxEnv(env_id), *gymnax.make(env_id)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2))
+def _adapter_and_gymnax(env_id: str, num_steps: int, seed: int):
+    """The adapter and gymnax's own `reset`/`step` (its auto-reset included) side by side,
+    with the same keys and random actions: `(adapter TimeSteps, gymnax outputs)`, `[T, ...]`."""
+    env, raw, raw_params = _adapter_and_raw(env_id)
+    reset_key, key = jax.random.split(jax.random.key(seed))
+    state, obs = env.reset(reset_key, env.default_params)
+    raw_obs, raw_state = raw.reset(reset_key, raw_params)
+    num_actions = env.action_spec(env.default_params).num_actions
+
+    def step(carry, key):
+        state, raw_state = carry
+        action_key, step_key = jax.random.split(key)
+        action = jax.random.randint(action_key, (), 0, num_actions)
+        state, ts = env.step(step_key, state, action, env.default_params)
+        raw_obs, raw_state, reward, terminated, truncated, info = raw.step(step_key, raw_state, action, raw_params)
+        return (state, raw_state), (ts, (raw_obs, reward, terminated, truncated, info["final_observation"]))
+
+    _, (ts, raw_steps) = jax.lax.scan(step, (state, raw_state), jax.random.split(key, num_steps))
+    return (obs, ts), (raw_obs, raw_steps)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("env_id", GYMNAX_IDS)
+def test_gymnax_adapter_gives_gymnax_observations_and_rewards(env_id):
+    """Every gymnax id, 110 random steps: the adapter's observations (after auto-reset and
+    final), rewards, terminations and episode ends are gymnax's own (DiscountingChain-bsuite's
+    time feature included, and its 100-step limit as a truncation)."""
+    _adapter_and_raw(env_id)
+    (obs, ts), (raw_first, (raw_obs, raw_reward, raw_terminated, raw_truncated, raw_final)) = (
+        _adapter_and_gymnax(env_id, 110, 0))
+    # Float rounding apart (the two programs fuse Acrobot's integrator differently).
+    close = functools.partial(np.testing.assert_allclose, rtol=1e-5, atol=1e-5)
+    close(obs, raw_first)
+    close(ts.obs, raw_obs)
+    close(ts.final_obs, raw_final)
+    close(ts.reward, raw_reward)
+    np.testing.assert_array_equal(ts.terminated, raw_terminated)
+    np.testing.assert_array_equal(ts.truncated, np.asarray(raw_truncated) & ~np.asarray(raw_terminated))
+    if env_id == "DiscountingChain-bsuite":
+        np.testing.assert_allclose(np.asarray(ts.final_obs)[:3, 1], [0.01, 0.02, 0.03], rtol=1e-6)
+        assert np.asarray(ts.truncated)[99] and np.asarray(ts.truncated).sum() == 1
 
 
 def test_cartpole_terminates_when_pole_falls():

@@ -11,7 +11,7 @@ from jax.sharding import PartitionSpec as P
 import anakin
 from experiments.presets_impala import IMPALA_PRESETS, impala_cartpole_anakin, ppo_vtrace_cartpole_anakin
 from podracer import parallel
-from podracer.agents import ImpalaConfig, PPOConfig, algorithm_for, algorithms, make_agent
+from podracer.agents import ImpalaConfig, PPOConfig, algorithm_for, algorithms, impala, make_agent
 from podracer.config import ConfigError
 from podracer.types import DiscreteSpec, ObsSpec, Trajectory
 from tests.helpers import assert_sustained, tree_allclose
@@ -81,6 +81,25 @@ def test_update_on_four_devices_equals_one_device(agent_config):
     tree_allclose(state_4, state_1, rtol=1e-5, atol=1e-6)
     for name in ("loss", "value_loss", "entropy"):
         np.testing.assert_allclose(metrics_1[name], metrics_4[name], rtol=1e-5, atol=1e-6)
+
+
+def test_rmsprop_steps_are_tensorflow_1s():
+    """IMPALA's RMSProp is TF1's `RMSPropOptimizer` (mean square initialised to 1, epsilon
+    inside the root): the first two steps by its formula, `lr g / sqrt(ms + eps)` with
+    `ms = decay ms + (1 - decay) g^2`."""
+    config = ImpalaConfig(learning_rate=1e-3, anneal_lr=False, rmsprop_decay=0.99, rmsprop_eps=0.01)
+    optimizer = impala.make_optimizer(config, num_steps=10)
+    params = {"w": jnp.zeros(3)}
+    state = optimizer.init(params)
+    ms = np.ones(3)
+    for g in (np.array([1.0, 0.1, -2.0]), np.array([0.5, -0.3, 4.0])):
+        updates, state = optimizer.update({"w": jnp.asarray(g, jnp.float32)}, state, params)
+        ms = 0.99 * ms + 0.01 * g**2
+        np.testing.assert_allclose(updates["w"], -1e-3 * g / np.sqrt(ms + 0.01), rtol=1e-5)
+
+
+def first_steps_to(rows, threshold):
+    return next((r["env_steps"] for r in rows if (r["episode_return"] or 0) >= threshold), None)
 
 
 @pytest.mark.timeout(180)

@@ -8,7 +8,7 @@ import pytest
 import rlax
 
 from podracer import ops
-from podracer.agents.dqn import to_transitions
+from podracer.agents.dqn import Step, chain_targets
 from podracer.types import Trajectory
 
 
@@ -74,36 +74,43 @@ def test_huber_matches_rlax():
     np.testing.assert_allclose(ops.huber_loss(jnp.array([0.5, 2.0])), [0.125, 1.5])
 
 
+def chains(reward, terminated=None, truncated=None, first=None) -> Step:
+    """Chains of consecutive steps `[M, n]` with only the fields `chain_targets` reads."""
+    reward = jnp.asarray(reward, jnp.float32)
+    flag = lambda x: jnp.zeros(reward.shape, bool) if x is None else jnp.asarray(x, bool)  # noqa: E731
+    nothing = jnp.zeros(reward.shape)
+    return Step(nothing, nothing, reward, flag(terminated), flag(truncated), nothing, flag(first))
+
+
+def test_chain_targets_stop_at_episode_ends_and_new_streams():
+    """n = 3, gamma = 0.5, rewards 1, 2, 4 along each chain."""
+    r = [[1.0, 2.0, 4.0]] * 6
+    F, T = False, True
+    returns, discount, last = chain_targets(chains(
+        r,
+        terminated=[[F, F, F], [F, F, F], [T, F, F], [F, F, F], [F, F, F], [F, T, F]],
+        truncated=[[F, F, F], [F, T, F], [F, F, F], [F, F, F], [F, F, F], [F, F, F]],
+        first=[[F, F, F], [F, F, F], [F, F, F], [F, F, T], [T, T, F], [F, F, F]],
+    ), 0.5)
+    # 0: three rewards, bootstraps after the third. 1: truncated after the second: bootstraps
+    # from its final observation. 2: terminated at once: no bootstrap. 3: the third step
+    # starts a new stream: the chain stops before it and bootstraps after the second.
+    # 4: a new stream at the second step (step 0's own `first` does not matter).
+    # 5: terminated after the second.
+    np.testing.assert_allclose(returns, [1 + 1 + 1, 1 + 1, 1, 1 + 1, 1, 1 + 1])
+    np.testing.assert_allclose(discount, [0.125, 0.25, 0.0, 0.25, 0.5, 0.0])
+    np.testing.assert_array_equal(last, [2, 1, 0, 1, 0, 1])
+
+
 def test_truncation_bootstraps_from_final_obs_termination_does_not():
-    """Two envs, one step each: env 0 truncated, env 1 terminated, same final observation."""
-    final_obs = jnp.array([[[3.0], [3.0]]])  # [T=1, B=2, 1]
-    traj = Trajectory(
-        obs=jnp.zeros((1, 2, 1)), action=jnp.zeros((1, 2), jnp.int32), reward=jnp.ones((1, 2)),
-        terminated=jnp.array([[False, True]]), truncated=jnp.array([[True, False]]),
-        next_obs=final_obs, extras={},
-    )
-    items = to_transitions(traj, gamma=0.9, n=3)
-    np.testing.assert_allclose(items.discount, [0.9, 0.0])
-    np.testing.assert_allclose(items.next_obs, [[3.0], [3.0]])
-    # The target with Q(final_obs) = 10: 1 + 0.9 * 10 when truncated, 1 when terminated.
+    """One step each, env 0 truncated, env 1 terminated, same final observation: the target
+    with Q(final_obs) = 10 is 1 + 0.9 * 10 when truncated, 1 when terminated."""
+    returns, discount, last = chain_targets(chains([[1.0, 5.0], [1.0, 5.0]], terminated=[[False, False], [True, False]],
+                                                   truncated=[[True, False], [False, False]]), 0.9)
+    np.testing.assert_allclose(discount, [0.9, 0.0])
+    np.testing.assert_array_equal(last, [0, 0])
     q_t = jnp.full((2, 2), 10.0)
-    np.testing.assert_allclose(ops.q_learning_target(items.reward, items.discount, q_t), [10.0, 1.0])
-
-
-def test_to_transitions_n_step_is_time_major_flattened():
-    T, B = 4, 2
-    traj = Trajectory(
-        obs=jnp.arange(T * B, dtype=jnp.float32).reshape(T, B, 1), action=jnp.zeros((T, B), jnp.int32),
-        reward=jnp.ones((T, B)), terminated=jnp.zeros((T, B), bool), truncated=jnp.zeros((T, B), bool),
-        next_obs=100 + jnp.arange(T * B, dtype=jnp.float32).reshape(T, B, 1), extras={},
-    )
-    items = to_transitions(traj, gamma=0.5, n=2)
-    np.testing.assert_allclose(items.obs[:, 0], np.arange(T * B))
-    # Item (t, b) bootstraps from next_obs[min(t + 1, T - 1), b].
-    expected_next = [100 + min(t + 1, T - 1) * B + b for t in range(T) for b in range(B)]
-    np.testing.assert_allclose(items.next_obs[:, 0], expected_next)
-    np.testing.assert_allclose(items.reward, [1.5] * (T - 1) * B + [1.0] * B)
-    np.testing.assert_allclose(items.discount, [0.25] * (T - 1) * B + [0.5] * B)
+    np.testing.assert_allclose(ops.q_learning_target(returns, discount, q_t), [10.0, 1.0])
 
 
 def test_epsilon_greedy():

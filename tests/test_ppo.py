@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 from anakin import AnakinConfig, train
-from podracer.agents import PPOConfig
-from podracer.agents import common
+from podracer.agents import PPOConfig, common
 from podracer.config import Config, ConfigError, EnvConfig
 from podracer.types import BatchShape, DiscreteSpec, ObsSpec
 
@@ -64,26 +63,55 @@ def test_bad_hyperparameters_name_the_field():
         dataclasses.replace(PPOConfig(), torso="transformer")
 
 
-@pytest.mark.parametrize("truncate", [False, True])
-def test_successor_values_equal_a_forward_pass_over_next_obs(truncate):
-    """GAE's bootstrap values: behaviour values of obs[t + 1] where the episode went on, the
-    network's on the last step and on truncated steps (terminated ones do not bootstrap)."""
-    from podracer.agents.ppo import successor_values
+def reference_gae(value, next_value, reward, terminated, truncated, gamma, lambda_):
+    """GAE by hand over one value function: `delta = r + gamma V(next_obs) - V(obs)`, no
+    bootstrap after a termination, the trace cut where an episode ended: `[T, B]` each."""
+    T, B = reward.shape
+    advantage = np.zeros((T, B))
+    for b in range(B):
+        acc = 0.0
+        for t in reversed(range(T)):
+            discount = 0.0 if terminated[t, b] else gamma
+            delta = reward[t, b] + discount * next_value[t, b] - value[t, b]
+            acc = delta + (0.0 if terminated[t, b] or truncated[t, b] else discount * lambda_ * acc)
+            advantage[t, b] = acc
+    return advantage, advantage + value
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("lag", [0, 1])
+def test_gae_uses_one_value_function_under_policy_lag(lag):
+    """Actions and values from the actor's parameters, one version behind the learner's
+    (lag 1) or the learner's own (lag 0), a termination, a truncation and an episode that
+    runs past the rollout's end: the advantages and value targets are GAE over the learner's
+    value function alone, V(obs) and V(next_obs) (the final observation where truncated).
+    Without lag the actor's values are reused (no forward pass over the observations)."""
+    from podracer.agents.ppo import gae_advantages_and_targets
     from podracer.types import Trajectory
 
-    T, B = 5, 3
+    T, B = 6, 3
+    config = PPOConfig(gamma=0.9, gae_lambda=0.8)
     net = common.make_actor_critic("mlp", (8,), "tanh", False, ObsSpec((2,), jnp.float32), DiscreteSpec(2))
-    params = net.init(jax.random.key(0), jnp.zeros((1, 2)))
+    learner = net.init(jax.random.key(0), jnp.zeros((1, 2)))
+    actor = net.init(jax.random.key(1), jnp.zeros((1, 2))) if lag else learner
     rng = np.random.default_rng(0)
     states = rng.standard_normal((T + 1, B, 2)).astype(np.float32)
     obs, next_obs = states[:-1], states[1:].copy()
-    truncated = np.zeros((T, B), bool)
-    if truncate:  # env 1 hit its time limit at t = 2: next_obs[2] is its final observation, obs[3] a reset
-        truncated[2, 1] = True
-        next_obs[2, 1] = rng.standard_normal(2)
-    _, value = common.apply_time_major(net, params, jnp.asarray(obs))
-    traj = Trajectory(obs, np.zeros((T, B), np.int32), np.zeros((T, B), np.float32), np.zeros((T, B), bool),
-                      truncated, next_obs, {"value": value})
-    _, expected = common.apply_time_major(net, params, jnp.asarray(next_obs))
-    np.testing.assert_allclose(jax.jit(successor_values, static_argnums=0)(net, params, traj), expected,
-                               rtol=1e-5, atol=1e-6)
+    terminated, truncated = np.zeros((T, B), bool), np.zeros((T, B), bool)
+    terminated[1, 0] = truncated[3, 1] = True  # env 1's time limit: next_obs[3] is its final observation
+    next_obs[1, 0], next_obs[3, 1] = rng.standard_normal(2), rng.standard_normal(2)
+    act = jax.jit(common.make_sampling_act(net))
+    steps = [act(actor, obs[t], jax.random.key(t)) for t in range(T)]  # as an actor acts, [B] at a time
+    traj = Trajectory(obs, np.stack([a for a, _ in steps]), rng.standard_normal((T, B)).astype(np.float32),
+                      terminated, truncated, next_obs, jax.tree.map(lambda *xs: jnp.stack(xs), *[e for _, e in steps]))
+
+    got_traj, advantage, target, recomputed = jax.jit(gae_advantages_and_targets, static_argnums=(0, 1))(
+        net, config, learner, traj)
+
+    _, value = common.apply_time_major(net, learner, jnp.asarray(obs))
+    _, next_value = common.apply_time_major(net, learner, jnp.asarray(next_obs))
+    expected = reference_gae(np.asarray(value), np.asarray(next_value), traj.reward, terminated, truncated, 0.9, 0.8)
+    np.testing.assert_allclose(advantage, expected[0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(target, expected[1], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got_traj.extras["value"], value, rtol=1e-5, atol=1e-6)  # the loss clips around these
+    assert bool(recomputed) == bool(lag)

@@ -14,7 +14,8 @@ from experiments.presets_dqn import DQN_PRESETS
 from podracer import parallel
 from podracer.agents import DQNConfig
 from podracer.config import Config, EnvConfig
-from podracer.replay import Transition, make_replay
+from podracer.agents.dqn import Step
+from podracer.replay import make_replay
 from sebulba import SebulbaConfig, setup, train
 from sebulba.learner import device_keys, make_update_step, state_specs, trajectory_sharding
 from tests.helpers import tree_allclose
@@ -25,11 +26,12 @@ def place(state, mesh):
     return jax.tree.map(lambda x, spec: parallel.shard(x, mesh, spec), state, state_specs(state))
 
 
-def random_transitions(seed: int, n: int) -> Transition:
+def random_steps(seed: int, n: int) -> Step:
     rng = np.random.default_rng(seed)
     obs = rng.normal(size=(n, 4)).astype(np.float32)
-    return Transition(obs, rng.integers(0, 2, n).astype(np.int32), rng.normal(size=n).astype(np.float32),
-                      np.full(n, 0.99, np.float32), rng.normal(size=(n, 4)).astype(np.float32))
+    return Step(obs, rng.integers(0, 2, n).astype(np.int32), rng.normal(size=n).astype(np.float32),
+                rng.uniform(size=n) < 0.1, rng.uniform(size=n) < 0.1, rng.normal(size=(n, 4)).astype(np.float32),
+                rng.uniform(size=n) < 0.1)
 
 
 @pytest.mark.timeout(30)
@@ -60,7 +62,7 @@ def test_learner_update_matches_anakin():
     state = jax.device_get(anakin_runner.initial_state(config, a))
     replay = make_replay(agent_config.buffer_size, agent_config.batch_size, prioritized=True)
     add = jax.jit(replay.add)
-    buffers = [add(jax.tree.map(lambda x: x[0, d], state.agent.local), random_transitions(d, 24 + 8 * d))
+    buffers = [add(jax.tree.map(lambda x: x[0, d], state.agent.local), random_steps(d, 24 + 8 * d))
                for d in range(2)]
     # 16 transitions per device earn 2.5 steps; with 0.5 carried, this update takes 3 (the cap).
     learner = state.agent.opt_state._replace(replay_credit=np.full((1,), 0.5, np.float32))

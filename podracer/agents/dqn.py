@@ -13,10 +13,19 @@ Where its state lives (the `AgentState` contract):
   gradient_steps)`: the target network rides here so actors never receive it.
 - `local` is this device's replay buffer (flashbax), sharded over devices, never averaged.
 
-`update(state, traj, key)` turns the `[T, B]` trajectory into n-step transitions, adds them
-to the device's buffer, and, once `learning_starts` env steps have been collected, takes
-gradient steps on batches sampled from that buffer, gradients averaged over `axis_name`.
-`key` should differ between devices so that each samples its own batch.
+`update(state, traj, key)` adds the `[T, B]` trajectory's steps to the device's buffer and,
+once `learning_starts` env steps have been collected, takes gradient steps on batches
+sampled from that buffer, gradients averaged over `axis_name`. `key` should differ between
+devices so that each samples its own batch.
+
+n-step returns across rollouts: the buffer holds single steps (`Step`), time-major, so the
+step after slot `i` of an environment is slot `i + B` (`B` = this device's environments),
+whichever rollout brought it; a sampled step's n-step target is formed from its chain of
+successors when it is sampled (as Dopamine's replay does), so every transition learned from
+has a true n-step target, shorter only where its episode ended. The newest `n - 1` steps of
+every environment wait (held back) until their successors arrive. A rollout whose first
+observation is not the one its environment's last stored step ended in (an environment
+restarted, as when a Sebulba run resumes) starts a new stream: returns do not run into it.
 
 How many steps: each update earns `config.steps_per_update(T * B)` steps of credit
 (`gradient_steps`, or `replay_ratio * T * B / batch_size`); it takes the whole steps, at
@@ -24,12 +33,13 @@ most `config.max_steps_per_update(T * B)` (static), in a loop with a traced trip
 unrolled, `unroll_sgd`), and the fraction left rides in `DQNLearnerState.replay_credit`.
 The metrics `replay_ratio` (configured) and `replay_ratio_achieved` (samples learned / env
 steps received since learning started, from the counters in the state) show both.
+
+Counters of env and gradient steps are `podracer.counters.Count`s, exact past 2**31.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any, Callable, NamedTuple
 
 import flax.linen as nn
@@ -41,18 +51,20 @@ from podracer import networks, ops, parallel
 from podracer.agents import common
 from podracer.agents.registry import Algorithm
 from podracer.agents.dqn_config import DQNConfig
-from podracer.replay import ReplaySample, Transition, make_replay
+from podracer.counters import Count
+from podracer.replay import Replay, ReplaySample, Transition, make_replay
 from podracer.types import (Agent, AgentState, Array, BatchShape, DiscreteSpec, Observation, ObservationSpec, Params,
                             PRNGKey, Trajectory, split_mask, zeros_like_spec)
 
-__all__ = ["DQNConfig", "DQNLearnerState", "DQNParams", "make_dqn", "make_learn_on_batch", "to_transitions"]
+__all__ = ["DQNConfig", "DQNLearnerState", "DQNParams", "Step", "chain_targets", "make_dqn", "make_learn_on_batch",
+           "sample_transitions", "to_steps", "transitions_at"]
 
 
 class DQNParams(NamedTuple):
     """What `act` receives: online Q-network parameters and the schedule position."""
 
     online: Params
-    env_steps: Array  # int32 scalar: env steps (all devices, one seed) the learner has received
+    env_steps: Count  # env steps (all devices, one seed) the learner has received
 
 
 class DQNLearnerState(NamedTuple):
@@ -60,9 +72,25 @@ class DQNLearnerState(NamedTuple):
 
     optimizer: Any
     target: Params
-    gradient_steps: Array  # int32 scalar: gradient steps taken (each on `batch_size` items per device)
+    gradient_steps: Count  # gradient steps taken (each on `batch_size` items per device)
     replay_credit: Array  # float32 scalar: the fraction of a gradient step earned but not yet taken
-    learning_env_steps: Array  # int32 scalar: env steps (all devices) received since learning started
+    learning_env_steps: Count  # env steps (all devices) received since learning started
+
+
+class Step(NamedTuple):
+    """One environment step as the replay buffer holds it, `[...]` (`[N, ...]` batched).
+
+    `first` is True where the step does not continue its environment's previous stored step
+    (the first rollout, or an environment restarted): an n-step return stops before it.
+    """
+
+    obs: Array
+    action: Array
+    reward: Array
+    terminated: Array
+    truncated: Array
+    next_obs: Array
+    first: Array
 
 
 def make_q_network(config: DQNConfig, obs_spec: ObservationSpec, action_spec: DiscreteSpec) -> nn.Module:
@@ -80,17 +108,61 @@ def epsilon_schedule(config: DQNConfig) -> optax.Schedule:
     return optax.linear_schedule(config.epsilon_start, config.epsilon_end, config.epsilon_decay_steps)
 
 
-def to_transitions(traj: Trajectory, gamma: float, n: int) -> Transition:
-    """A `[T, B]` trajectory as `T * B` n-step transitions `[T * B, ...]`: steps after a
-    termination do not bootstrap (`discount = 0`), those after a truncation bootstrap from
-    the episode's final observation (`traj.next_obs`)."""
-    returns, discount, last = jax.vmap(ops.n_step_targets, in_axes=(1, 1, 1, None, None), out_axes=1)(
-        traj.reward, traj.terminated, traj.truncated, gamma, n
-    )
-    take = lambda obs, index: jax.tree.map(lambda x: x[index], obs)  # noqa: E731 (obs may be a MaskedObs)
-    bootstrap_obs = jax.vmap(take, in_axes=(1, 1), out_axes=1)(traj.next_obs, last)
-    transitions = Transition(traj.obs, traj.action.astype(jnp.int32), returns, discount, bootstrap_obs)
-    return common.flatten_time_batch(transitions)
+def to_steps(traj: Trajectory, continues: Array) -> Step:
+    """A `[T, B]` trajectory as `T * B` replay steps, time-major (`[T * B, ...]`);
+    `continues [B]`: each environment's first step follows its last stored one."""
+    first = jnp.zeros(traj.reward.shape, bool).at[0].set(~continues)
+    return common.flatten_time_batch(Step(traj.obs, traj.action.astype(jnp.int32), traj.reward,
+                                          traj.terminated, traj.truncated, traj.next_obs, first))
+
+
+def chain_targets(chain: Step, gamma: float) -> tuple[Array, Array, Array]:
+    """n-step targets of chains of consecutive steps `[M, n]` (step k is the k-th successor of
+    step 0 in its environment's stream): `(return [M], discount [M], bootstrap index [M])`,
+    the target of step 0 being `return + discount * Q(chain.next_obs[index])`.
+
+    The sum stops after n rewards, at the end of an episode, or before a step that starts a
+    new stream (`first`: treated as a truncation of the step before it). A terminated last
+    step does not bootstrap (`discount = 0`); otherwise the target bootstraps with
+    `gamma ** m` after m rewards, from the final observation of an episode cut by a time
+    limit or the observation after the n-th step. Reads only the chain's scalar fields.
+    """
+    M, n = chain.reward.shape
+    cut = chain.truncated | jnp.concatenate([chain.first[:, 1:], jnp.zeros((M, 1), bool)], axis=1)
+    first_target = jax.vmap(lambda *xs: tuple(x[0] for x in ops.n_step_targets(*xs, gamma, n)))
+    return first_target(chain.reward, chain.terminated, cut)
+
+
+def stream_continues(replay: Replay, local: Any, obs: Array) -> Array:
+    """`bool [B]`: each environment's observation `obs [B, ...]` is where its last stored step
+    ended (the buffer's newest `B` slots, one per environment), so its stream goes on."""
+    B = jax.tree.leaves(obs)[0].shape[0]
+    previous = replay.get(local, replay.newest(local, B)).next_obs
+    same = [jnp.all((a == b).reshape(B, -1), axis=1) for a, b in zip(jax.tree.leaves(previous), jax.tree.leaves(obs))]
+    return (replay.size(local) >= B) & jnp.all(jnp.stack(same), axis=0)
+
+
+def transitions_at(replay: Replay, local: Any, indices: Array, envs: int, config: DQNConfig) -> Transition:
+    """The n-step `Transition`s `[M]` of the steps in slots `indices [M]` of a buffer filled by
+    `envs` environments: each step with the chain of its `n - 1` successors, `envs` slots
+    apart, of which only the scalar fields are read (XLA drops the other gathers), and the
+    one observation it bootstraps from."""
+    n = config.n_step
+    slots = (indices[:, None] + envs * jnp.arange(n)) % config.buffer_size  # [M, n]
+    M = slots.shape[0]
+    chain = jax.tree.map(lambda x: x.reshape((M, n) + x.shape[1:]), replay.get(local, slots.reshape(-1)))
+    returns, discount, last = chain_targets(chain, config.gamma)
+    step = replay.get(local, indices)
+    bootstrap = replay.get(local, slots[jnp.arange(M), last]).next_obs
+    return Transition(step.obs, step.action, returns, discount, bootstrap)
+
+
+def sample_transitions(replay: Replay, local: Any, key: PRNGKey, beta: Array, envs: int, config: DQNConfig
+                       ) -> ReplaySample:
+    """A replay sample of n-step `Transition`s (`transitions_at`); the newest `n - 1` steps of
+    each of the `envs` environments are held back, their successors still to come."""
+    sample = replay.sample(local, key, beta, (config.n_step - 1) * envs)
+    return sample._replace(items=transitions_at(replay, local, sample.indices, envs, config))
 
 
 def make_learn_on_batch(
@@ -123,8 +195,8 @@ def make_learn_on_batch(
         (_, (metrics, td)), grads = grad_fn(online, learner.target, sample.items, sample.weights)
         updates, opt_state = optimizer.update(grads, learner.optimizer, online)
         online = optax.apply_updates(online, updates)
-        steps = learner.gradient_steps + 1
-        due = steps % config.target_update_period == 0
+        steps = learner.gradient_steps.add(1)
+        due = steps.mod(config.target_update_period) == 0
         target = jax.tree.map(lambda new, old: jnp.where(due, new, old),
                               optax.incremental_update(online, learner.target, config.target_update_tau),
                               learner.target)
@@ -144,8 +216,8 @@ def make_dqn(
 ) -> Agent:
     """Build the DQN `Agent`.
 
-    num_updates: how many times `update` will be called in the run (anneals the
-                 importance-sampling exponent of prioritized replay to 1 over the run).
+    num_updates: how many times `update` will be called in the run (prioritized replay's
+                 importance exponent reaches 1 at its last update).
     axis_name:   mesh axis (or axes) to average gradients over; None on one device.
     """
     network = make_q_network(config, obs_spec, action_spec)
@@ -156,15 +228,16 @@ def make_dqn(
 
     def init(key: PRNGKey) -> AgentState:
         online = common.init_params(network, key, obs_spec)
-        zero = jnp.zeros((), jnp.int32)
-        learner = DQNLearnerState(optimizer.init(online), online, zero, jnp.zeros((), jnp.float32), zero)
-        return AgentState(DQNParams(online, zero), learner, zero, replay.init(_example_item(obs_spec)))
+        learner = DQNLearnerState(optimizer.init(online), online, Count.zeros(), jnp.zeros((), jnp.float32),
+                                  Count.zeros())
+        return AgentState(DQNParams(online, Count.zeros()), learner, jnp.zeros((), jnp.int32),
+                          replay.init(_example_step(obs_spec)))
 
     def act(params: DQNParams, obs: Observation, key: PRNGKey) -> tuple[Array, dict[str, Array]]:
         """Epsilon-greedy over the online Q-values; random and greedy actions both legal."""
         inputs, legal = split_mask(obs)
         q = network.apply(params.online, inputs)
-        return ops.epsilon_greedy(key, q, epsilon(params.env_steps), legal), {}
+        return ops.epsilon_greedy(key, q, epsilon(params.env_steps.as_float()), legal), {}
 
     def greedy_act(params: DQNParams, obs: Observation) -> Array:
         """The argmax of the online Q-values among legal actions (evaluation: no exploration)."""
@@ -176,26 +249,36 @@ def make_dqn(
         num_devices = 1 if axis_name is None else jax.lax.axis_size(axis_name)
         per_update = config.steps_per_update(T * B)  # static: shapes are known when tracing
         max_steps = config.max_steps_per_update(T * B)
-        local = replay.add(state.local, to_transitions(traj, config.gamma, config.n_step))
+        hold_back = (config.n_step - 1) * B  # the newest steps, whose successors are still to come
+        steps = to_steps(traj, stream_continues(replay, state.local, jax.tree.map(lambda x: x[0], traj.obs)))
+        local = replay.add(state.local, steps, hold_back)
         received = T * B * num_devices
-        env_steps = state.params.env_steps + received
-        learn = env_steps >= config.learning_starts
+        env_steps = state.params.env_steps.add(received)
+        # Learning needs `learning_starts` env steps, and a step to sample past the held-back
+        # ones in every buffer (each device has received `env_steps / num_devices` steps):
+        # both from replicated counters, so every device decides alike.
+        learn = env_steps.ge(max(config.learning_starts, num_devices * (hold_back + 1)))
         learner = state.opt_state
         credit = learner.replay_credit + jnp.where(learn, jnp.float32(per_update), 0.0)
         num_steps = jnp.minimum(jnp.floor(credit).astype(jnp.int32), max_steps)
         learner = learner._replace(
             replay_credit=credit - num_steps.astype(jnp.float32),
-            learning_env_steps=learner.learning_env_steps + jnp.where(learn, received, 0),
+            learning_env_steps=learner.learning_env_steps.add(jnp.where(learn, received, 0)),
         )
-        # Prioritized replay's importance exponent reaches 1 after the run's expected steps.
-        beta = optax.linear_schedule(config.importance_exponent, 1.0, max(1, math.ceil(num_updates * per_update)))
+        # Prioritized replay's importance exponent, annealed linearly from its initial value
+        # over the env steps of the updates that learn: 1 in the last one.
+        learning_steps = learning_updates(config, num_updates, T, B, num_devices) * received
+        progress = jnp.minimum(learner.learning_env_steps.as_float() / learning_steps, 1.0)
+        beta = config.importance_exponent + (1.0 - config.importance_exponent) * progress
         online, learner, local, metrics = learn_steps(
-            state.params.online, learner, local, key, num_steps, max_steps, beta
+            state.params.online, learner, local, key, num_steps, max_steps, beta, B
         )
-        learned = learner.gradient_steps.astype(jnp.float32) * (config.batch_size * num_devices)
-        seen = learner.learning_env_steps.astype(jnp.float32)
+        learned = learner.gradient_steps.as_float() * (config.batch_size * num_devices)
+        seen = learner.learning_env_steps.as_float()
+        if config.prioritized:
+            metrics["importance_exponent"] = beta
         metrics.update(
-            epsilon=epsilon(env_steps), learning=learn.astype(jnp.float32),
+            epsilon=epsilon(env_steps.as_float()), learning=learn.astype(jnp.float32),
             gradient_steps=num_steps.astype(jnp.float32),
             replay_size=parallel.pmean(replay.size(local).astype(jnp.float32), axis_name),
             replay_ratio=jnp.float32(per_update * config.batch_size / (T * B)),
@@ -204,12 +287,13 @@ def make_dqn(
         return AgentState(DQNParams(online, env_steps), learner, state.update_count + 1, local), metrics
 
     def learn_steps(online: Params, learner: DQNLearnerState, local: Any, key: PRNGKey, num_steps: Array,
-                    max_steps: int, beta: optax.Schedule):
-        """`num_steps` (traced, <= `max_steps`) gradient steps; metrics are their means (0 if none)."""
+                    max_steps: int, beta: Array, envs: int):
+        """`num_steps` (traced, <= `max_steps`) gradient steps on n-step transitions from a
+        buffer filled by `envs` environments; metrics are their means (0 if none)."""
         keys = jax.random.split(key, max_steps)
 
         def one_step(online: Params, learner: DQNLearnerState, local: Any, key: PRNGKey):
-            sample = replay.sample(local, key, beta(learner.gradient_steps))
+            sample = sample_transitions(replay, local, key, beta, envs, config)
             online, learner, metrics, td = learn_on_batch(online, learner, sample)
             local = replay.set_priorities(local, sample.indices, jnp.abs(td) + config.priority_eps)
             metrics["importance_weight"] = jnp.mean(sample.weights)
@@ -247,10 +331,19 @@ def make_dqn(
     return Agent(init=init, act=act, update=update, greedy_act=greedy_act)
 
 
-def _example_item(obs_spec: ObservationSpec) -> Transition:
-    obs = jax.tree.map(jnp.asarray, zeros_like_spec(obs_spec))  # a MaskedObs keeps its mask in replay
-    return Transition(obs, jnp.zeros((), jnp.int32), jnp.zeros(()), jnp.zeros(()), obs)
+def learning_updates(config: DQNConfig, num_updates: int, T: int, B: int, num_devices: int) -> int:
+    """How many of a run's `num_updates` updates of `[T, B]` steps per device learn: those from
+    the first that brings `learning_starts` env steps (all devices) and leaves a step to
+    sample past the held-back ones."""
+    first = max(1, -(-config.learning_starts // (T * B * num_devices)),
+                -(-((config.n_step - 1) * B + 1) // (T * B)))
+    return max(1, num_updates - first + 1)
 
+
+def _example_step(obs_spec: ObservationSpec) -> Step:
+    obs = jax.tree.map(jnp.asarray, zeros_like_spec(obs_spec))  # a MaskedObs keeps its mask in replay
+    false = jnp.zeros((), bool)
+    return Step(obs, jnp.zeros((), jnp.int32), jnp.zeros(()), false, false, obs, false)
 
 def _probe_config() -> DQNConfig:
     return DQNConfig(learning_rate=1e-3, buffer_size=4_096, batch_size=64, gradient_steps=2, learning_starts=512,
@@ -259,12 +352,12 @@ def _probe_config() -> DQNConfig:
 
 
 def _exact_config(config: DQNConfig, batch: BatchShape) -> DQNConfig:
-    """One gradient step on a sample that is the whole batch, however it is split: with equal
-    priorities, stratified sampling of `N` items from a device holding `N / D` of them takes
+    """One gradient step on a sample that is the whole batch, however it is split (1-step
+    targets, so no step is held back for its successors): with equal priorities, stratified sampling of `N` items from a device holding `N / D` of them takes
     each exactly `D` times (no sampling noise), and the loss is a mean."""
     n = batch.transitions
     return dataclasses.replace(config, prioritized=True, buffer_size=max(config.buffer_size, n), batch_size=n,
-                               gradient_steps=1, replay_ratio=None, learning_starts=0)
+                               gradient_steps=1, replay_ratio=None, learning_starts=0, n_step=1)
 
 
 ALGORITHM = Algorithm(

@@ -29,7 +29,7 @@ class DQNConfig:
     adam_eps: float = 1e-5
     max_grad_norm: float = 10.0  # global-norm gradient clipping
     gamma: float = 0.99
-    n_step: int = 1  # rewards summed before bootstrapping (within a rollout)
+    n_step: int = 1  # rewards summed before bootstrapping (across rollouts; fewer only where an episode ended)
     double_q: bool = True  # van Hasselt et al. 2016
     loss: Literal["huber", "mse"] = "mse"  # "huber": Mnih et al. 2015 (Atari)
     huber_delta: float = 1.0
@@ -45,7 +45,7 @@ class DQNConfig:
     epsilon_decay_steps: int = 250_000  # env steps (all devices, one seed) of linear decay
     prioritized: bool = False  # Schaul et al. 2016
     priority_exponent: float = 0.6  # alpha
-    importance_exponent: float = 0.4  # beta at the start, annealed linearly to 1 over the run
+    importance_exponent: float = 0.4  # beta when learning starts, annealed linearly to 1 at the run's end
     priority_eps: float = 1e-6  # added to |TD error| so no transition gets priority 0
     unroll_sgd: bool = False  # unroll the gradient steps of an update (faster CNN updates on CPU, longer compile)
     torso: Literal["mlp", "nature_cnn", "impala_cnn"] = "mlp"
@@ -88,6 +88,8 @@ class DQNConfig:
         return max(1, math.ceil(self.steps_per_update(per_device_batch)))
 
     def check_batch(self, batch: BatchShape) -> None:
-        """Each update adds `T * B` transitions to a device's buffer: they must fit."""
-        check(self.buffer_size >= batch.transitions, "agent.buffer_size",
-              f"must hold one update's transitions per device ({batch.transitions})", self.buffer_size)
+        """Each update adds `T * B` steps to a device's buffer, whose newest `n_step - 1`
+        steps per environment wait for their successors: `n_step` updates' steps must fit."""
+        need = self.n_step * batch.transitions
+        check(self.buffer_size >= need, "agent.buffer_size",
+              f"must hold agent.n_step ({self.n_step}) updates' steps per device ({need})", self.buffer_size)

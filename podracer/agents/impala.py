@@ -82,11 +82,17 @@ class ImpalaConfig:
 
 
 def make_optimizer(config: ImpalaConfig, num_steps: int) -> optax.GradientTransformation:
-    """Global-norm clipping then RMSProp (the paper's) or Adam, with optional linear decay."""
+    """Global-norm clipping then RMSProp (the paper's) or Adam, with optional linear decay.
+
+    The paper's RMSProp is TensorFlow 1's `RMSPropOptimizer`: the mean square starts at 1
+    (not 0) and epsilon is added inside the square root, `g / sqrt(ms + eps)`; optax's
+    `initial_scale=1.0` and `eps_in_sqrt=True` give the same steps (from 0, the first steps
+    would be up to `1 / sqrt(1 - decay)` = 10x larger)."""
     lr = optax.linear_schedule(config.learning_rate, 0.0, max(1, num_steps)) if config.anneal_lr \
         else config.learning_rate
     if config.optimizer == "rmsprop":
-        base = optax.rmsprop(lr, decay=config.rmsprop_decay, eps=config.rmsprop_eps)
+        base = optax.rmsprop(lr, decay=config.rmsprop_decay, eps=config.rmsprop_eps, initial_scale=1.0,
+                             eps_in_sqrt=True)
     else:
         base = optax.adam(lr, eps=config.adam_eps)
     return optax.chain(optax.clip_by_global_norm(config.max_grad_norm), base)

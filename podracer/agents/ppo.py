@@ -146,51 +146,74 @@ def make_ppo(
     )
 
     def update(state: AgentState, traj: Trajectory, key: PRNGKey):
-        traj, advantage, target = advantages_and_targets(state.params, traj)
+        if config.advantage == "vtrace":
+            traj, advantage, target = vtrace_advantages_and_targets(network, config, state.params, traj)
+            extra_metrics = {}
+        else:
+            traj, advantage, target, recomputed = gae_advantages_and_targets(network, config, state.params, traj)
+            extra_metrics = {"values_recomputed": recomputed.astype(jnp.float32)}
         batch = common.flatten_time_batch(
             (traj.obs, traj.action, traj.extras["log_prob"], traj.extras["value"], advantage, target)
         )
         params, opt_state, metrics = sgd_epochs(state.params, state.opt_state, batch, key)
-        metrics = parallel.pmean(metrics, axis_name)
+        metrics = parallel.pmean({**metrics, **extra_metrics}, axis_name)
         return AgentState(params, opt_state, state.update_count + 1), metrics
-
-    def advantages_and_targets(params, traj: Trajectory):
-        """`(traj, advantage [T, B], target [T, B])`; `traj.extras` are what the loss takes
-        as the old policy's log-probabilities and values."""
-        if config.advantage == "vtrace":
-            return vtrace_advantages_and_targets(network, config, params, traj)
-        next_value = successor_values(network, params, traj)
-        discount = config.gamma * (1.0 - traj.terminated.astype(jnp.float32))
-        end = traj.terminated | traj.truncated
-        gae = jax.vmap(gae_advantages, in_axes=(1, 1, 1, 1, None, 1), out_axes=1)
-        return traj, *gae(traj.reward, discount, traj.extras["value"], next_value, config.gae_lambda, end)
 
     return Agent(init=init, act=common.make_sampling_act(network), update=update,
                  greedy_act=common.make_greedy_act(network))
 
 
-def successor_values(network, params, traj: Trajectory) -> jax.Array:
-    """`V(next_obs) [T, B]` for GAE without a forward pass over every `next_obs`.
+def gae_advantages_and_targets(network, config: PPOConfig, params, traj: Trajectory):
+    """GAE advantages and value targets over one value function, the learner's `params`:
+    `(traj, advantage [T, B], target [T, B], recomputed)`; the returned `traj.extras["value"]`
+    holds the `V(obs)` used (the loss clips its value around them), `recomputed` says whether
+    the behaviour's had to be replaced (see `gae_values`)."""
+    value, next_value, recomputed = gae_values(network, params, traj)
+    discount = config.gamma * (1.0 - traj.terminated.astype(jnp.float32))
+    end = traj.terminated | traj.truncated
+    gae = jax.vmap(gae_advantages, in_axes=(1, 1, 1, 1, None, 1), out_axes=1)
+    advantage, target = gae(traj.reward, discount, value, next_value, config.gae_lambda, end)
+    return traj._replace(extras={**traj.extras, "value": value}), advantage, target, recomputed
 
-    Where an episode went on, `next_obs[t]` is `obs[t + 1]`, whose value the behaviour
-    policy already computed (`traj.extras["value"][t + 1]`, the value GAE uses for that
-    state anyway); a terminated step does not bootstrap. Only the last step and truncated
-    steps need the network: the last step always (`[B]` observations), the truncated ones
-    in a second pass over all of `next_obs` that runs only when some step before the last
-    was truncated (rare: a time limit).
+
+def gae_values(network, params, traj: Trajectory) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """`(V(obs) [T, B], V(next_obs) [T, B], recomputed)`, every value from the learner's
+    `params`, so that GAE never mixes two value functions (an actor that lags behind the
+    learner computed its values with older parameters).
+
+    Fast where nothing lags (Anakin; Sebulba with `max_policy_lag 0`): the actor's values
+    (`traj.extras["value"]`) are then the learner's, and GAE reuses them: `V(obs[t])`, and
+    `V(next_obs[t]) = V(obs[t + 1])` where the episode went on; only the last `next_obs` (a
+    `[B]` forward pass) and the final observations of truncated steps (a pass over
+    `next_obs`, run only if some step before the last was truncated: a time limit, rare)
+    need the network. Whether the actor's values are the learner's is checked on the first
+    step, whose `V(obs[0])` is computed (`[B]`, as the actor did) and compared bit for bit;
+    if any differs (a lagging actor, `recomputed` is True), every `V(obs)` is recomputed,
+    one forward pass over the `[T, B]` observations: the price of consistency under lag.
+    (A mismatch by float rounding alone only costs that pass; the actor's values pass only
+    if its parameters give the learner's values to the last bit on `B` observations, i.e.
+    they are the learner's, or differ by less than float32 can show: a last update of an
+    annealed learning rate.)
     """
-    value = traj.extras["value"]
-    _, last_value = network.apply(params, split_mask(jax.tree.map(lambda x: x[-1], traj.next_obs))[0])
-    shifted = jnp.concatenate([value[1:], last_value[None]])
+    behaviour = traj.extras["value"]
+    _, first = network.apply(params, split_mask(jax.tree.map(lambda x: x[0], traj.obs))[0])
+    _, last = network.apply(params, split_mask(jax.tree.map(lambda x: x[-1], traj.next_obs))[0])
+    stale = jnp.any(first != behaviour[0])
+
+    # Loops that run their body at most once: `lax.cond` fails under vmap in shard_map.
+    def recompute(carry):
+        return jnp.zeros_like(carry[0]), common.apply_time_major(network, params, traj.obs)[1]
+
+    value = jax.lax.while_loop(lambda carry: carry[0], recompute, (stale, behaviour))[1]
+    shifted = jnp.concatenate([value[1:], last[None]])
 
     def with_truncations(carry):
-        _, values = carry
         _, exact = common.apply_time_major(network, params, traj.next_obs)
-        return jnp.zeros_like(carry[0]), jnp.where(traj.truncated, exact, values)
+        return jnp.zeros_like(carry[0]), jnp.where(traj.truncated, exact, carry[1])
 
-    # A loop that runs its body at most once: `lax.cond` fails under vmap in shard_map.
     pending = jnp.any(traj.truncated[:-1])
-    return jax.lax.while_loop(lambda carry: carry[0], with_truncations, (pending, shifted))[1]
+    next_value = jax.lax.while_loop(lambda carry: carry[0], with_truncations, (pending, shifted))[1]
+    return value, next_value, stale
 
 
 def vtrace_advantages_and_targets(network, config: PPOConfig, params, traj: Trajectory):

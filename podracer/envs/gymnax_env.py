@@ -11,10 +11,6 @@ from podracer.envs.base import JaxEnv
 from podracer.envs.render import cartpole_frame
 from podracer.types import ActionSpec, DiscreteSpec, ObsSpec, box_spec
 
-# gymnax folds its time limit into `done`; the adapter turns it off inside gymnax
-# (an unreachable limit) and applies it itself, so termination and truncation stay apart.
-_NO_LIMIT = 2**30
-
 GYMNAX_IDS = (
     "CartPole-v1",
     "Acrobot-v1",
@@ -36,15 +32,20 @@ GYMNAX_IDS = (
 
 class GymnaxEnv(JaxEnv):
     """A gymnax environment, e.g. `GymnaxEnv("CartPole-v1")`; its action spec is a
-    `DiscreteSpec` or, for a continuous action space (`Pendulum-v1`), a `BoxSpec`."""
+    `DiscreteSpec` or, for a continuous action space (`Pendulum-v1`), a `BoxSpec`.
+
+    Its params are gymnax's own, unchanged: some environments read them in their
+    observations (DiscountingChain-bsuite shows `time / max_steps_in_episode`). gymnax 1.0's
+    `step_env` reports natural termination only, and its time limit, `max_steps_in_episode`
+    steps, is the one `JaxEnv.step` applies as truncation: the same observations, rewards,
+    terminations and truncations as gymnax's own `step`, with the two kept apart.
+    """
 
     def __init__(self, env_id: str, **kwargs: Any):
         import gymnax  # imported lazily: it pulls in matplotlib
 
         self.name = env_id
-        self._env, params = gymnax.make(env_id, **kwargs)
-        self._max_steps = int(params.max_steps_in_episode)
-        self._params = params.replace(max_steps_in_episode=_NO_LIMIT)
+        self._env, self._params = gymnax.make(env_id, **kwargs)
 
     @property
     def default_params(self) -> Any:
@@ -59,7 +60,8 @@ class GymnaxEnv(JaxEnv):
         return state, obs, reward, terminated
 
     def max_episode_steps(self, params: Any) -> int:
-        return self._max_steps
+        """gymnax's time limit (an int for concrete params, an array for traced ones)."""
+        return params.max_steps_in_episode
 
     def observation_spec(self, params: Any) -> ObsSpec:
         space = self._env.observation_space(params)
