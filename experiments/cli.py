@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--episodes", type=int, default=100, help="episodes to run (default 100)")
     evaluate.add_argument("--seed", type=int, default=0, help="evaluation seed (default 0)")
     evaluate.add_argument("--agent-seed", type=int, default=0, help="which of the run's seeds (default 0)")
-    evaluate.add_argument("--sample", action="store_true", help="sample actions instead of the argmax")
+    evaluate.add_argument("--sample", action="store_true", help="sample actions instead of the greedy ones (argmax; a Gaussian's mean)")
     evaluate.add_argument("--json", action="store_true", help="print one JSON object")
     evaluate.add_argument("--video", metavar="FILE", help="write one episode as FILE (.gif or .mp4)")
 

@@ -1,7 +1,9 @@
 """`podracer evaluate RUN_DIR`: the latest checkpoint's policy on fresh environments.
 
 Exactly `episodes` episodes run side by side until every one has ended once; the policy
-is greedy (argmax) unless `sample`. The same seed gives the same numbers. An Anakin run is
+is greedy (the argmax; for continuous actions the Gaussian's mean, clipped to the box)
+unless `sample`. A run with observation normalisation evaluates with the statistics its
+checkpoint holds (they are part of the parameters). The same seed gives the same numbers. An Anakin run is
 evaluated on its JAX environment (one vmapped environment per episode, in one jitted
 `lax.while_loop`), a Sebulba run on its host environment (EnvPool or Gymnasium, one per
 episode; with Atari's episodic life an episode is a whole game). `--video FILE` draws one
@@ -23,8 +25,9 @@ from podracer.agents import make_agent
 from podracer.checkpoint import Checkpointer, NoCheckpointError, checkpoint_dir
 from podracer.config import Config, ConfigError
 from podracer.envs import JaxEnv, UnknownEnvError, make_jax_env
+from podracer.envs.base import clip_action
 from podracer.envs.render import can_render
-from podracer.types import Array, DiscreteSpec, ObsSpec, Params, PRNGKey
+from podracer.types import ActionSpec, Array, BoxSpec, ObsSpec, Params, PRNGKey
 
 Policy = Callable[[Params, Array, PRNGKey], Array]  # (params, obs [B, ...], key) -> action [B]
 
@@ -70,7 +73,7 @@ def evaluate(
         "env_steps": loaded.env_steps,
         "agent_seed": agent_seed,
         "seed": seed,
-        "policy": "sample" if sample else "greedy",
+        "policy": "sample" if sample else ("mean" if isinstance(action_spec, BoxSpec) else "greedy"),
     }
     if video is not None:
         if env is not None:
@@ -87,7 +90,7 @@ def _make_env(config: Config) -> JaxEnv:
         raise ConfigError(f"env.id: {error}") from None
 
 
-def specs(config: Config, env: JaxEnv | None) -> tuple[ObsSpec, DiscreteSpec]:
+def specs(config: Config, env: JaxEnv | None) -> tuple[ObsSpec, ActionSpec]:
     if env is None:
         from podracer.envs.host import host_env_specs
 
@@ -108,7 +111,7 @@ def _check_video(env: JaxEnv | None, config: Config, path: str) -> None:
         raise ConfigError("--video: writing .mp4 needs `pip install imageio imageio-ffmpeg`; use a .gif")
 
 
-def load_policy(run_dir: str, config: Config, obs_spec: ObsSpec, action_spec: DiscreteSpec, agent_seed: int,
+def load_policy(run_dir: str, config: Config, obs_spec: ObsSpec, action_spec: ActionSpec, agent_seed: int,
                 sample: bool) -> Loaded:
     """The policy and parameters of seed `agent_seed` from the run's latest checkpoint."""
     num_seeds = getattr(config.arch, "num_seeds", 1)
@@ -213,7 +216,7 @@ def _record(env: JaxEnv, policy: Policy, params: Params, key: PRNGKey) -> tuple[
     def step(carry, key):
         inner, obs, ended = carry
         act_key, step_key = jax.random.split(key)
-        action = policy(params, obs[None], act_key)[0]
+        action = clip_action(policy(params, obs[None], act_key)[0], env.action_spec(env_params))
         next_inner, next_obs, _, terminated = env.step_env(step_key, inner, action, env_params)
         # Once the episode has ended, hold its last state.
         next_inner = jax.tree.map(lambda new, old: jnp.where(ended, old, new), next_inner, inner)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Callable
 
 from anakin.config import AnakinConfig
+from experiments.presets_continuous import CONTINUOUS_PRESETS
 from experiments.presets_dqn import DQN_PRESETS
 from experiments.presets_impala import IMPALA_PRESETS
 from experiments.presets_sebulba import SEBULBA_PRESETS
@@ -38,4 +39,5 @@ PRESETS: dict[str, Callable[[], Config]] = {
     **IMPALA_PRESETS,
     **SEBULBA_PRESETS,
     **DQN_PRESETS,
+    **CONTINUOUS_PRESETS,
 }

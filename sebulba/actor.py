@@ -108,12 +108,13 @@ def _stack_steps(per_step: list[dict[str, Array]]) -> dict[str, Array]:
 
 
 def _allocate(length: int, obs: np.ndarray, action: np.ndarray) -> dict[str, Any]:
-    """Fresh `[T, ...]` host buffers (never reused: the learner may still read the last ones)."""
-    batch = action.shape
+    """Fresh `[T, ...]` host buffers (never reused: the learner may still read the last ones).
+    Actions are `[B]` (discrete) or `[B, *shape]` (continuous)."""
+    batch = action.shape[:1]
     return {
         "obs": np.empty((length,) + obs.shape, obs.dtype),
         "next_obs": np.empty((length,) + obs.shape, obs.dtype),
-        "action": np.empty((length,) + batch, action.dtype),
+        "action": np.empty((length,) + action.shape, action.dtype),
         "reward": np.empty((length,) + batch, np.float32),
         "terminated": np.empty((length,) + batch, bool),
         "truncated": np.empty((length,) + batch, bool),

@@ -20,7 +20,7 @@ from podracer.checkpoint import Checkpoints, Progress, describe_kept
 from podracer.config import Config, ConfigError
 from podracer.envs import UnknownEnvError
 from podracer.envs.host import host_env_specs
-from podracer.types import Agent, AgentState, DiscreteSpec, ObsSpec
+from podracer.types import ActionSpec, Agent, AgentState, ObsSpec
 from sebulba.actor import Actor, make_policy_step
 from sebulba.config import SebulbaConfig
 from sebulba.layout import Layout, make_layout
@@ -37,7 +37,7 @@ _DONE = object()
 class Setup(NamedTuple):
     layout: Layout
     obs_spec: ObsSpec
-    action_spec: DiscreteSpec
+    action_spec: ActionSpec
     agent: Agent
     mesh: Mesh  # the learner devices, axis `AXIS`
 

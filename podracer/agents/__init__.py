@@ -12,7 +12,7 @@ from podracer.agents.dqn import DQNConfig, make_dqn
 from podracer.agents.impala import ImpalaConfig, make_impala
 from podracer.agents.ppo import PPOConfig, make_ppo
 from podracer.parallel import AxisName
-from podracer.types import Agent, DiscreteSpec, ObsSpec
+from podracer.types import ActionSpec, Agent, ObsSpec
 
 FACTORIES: dict[type, Callable[..., Agent]] = {
     PPOConfig: make_ppo, ImpalaConfig: make_impala, DQNConfig: make_dqn,
@@ -21,7 +21,7 @@ ALGORITHMS: dict[str, type] = {"ppo": PPOConfig, "impala": ImpalaConfig, "dqn": 
 
 
 def make_agent(
-    config: Any, obs_spec: ObsSpec, action_spec: DiscreteSpec, *, num_updates: int, axis_name: AxisName
+    config: Any, obs_spec: ObsSpec, action_spec: ActionSpec, *, num_updates: int, axis_name: AxisName
 ) -> Agent:
     """The `Agent` for an algorithm config (`PPOConfig`, `ImpalaConfig`, `DQNConfig`, ...)."""
     try:

@@ -10,8 +10,10 @@ import jax.numpy as jnp
 import optax
 
 from podracer import networks
-from podracer.ops import VTraceOutput, categorical_log_prob, vtrace_td_error_and_advantage
-from podracer.types import Array, DiscreteSpec, ObsSpec, Params, PRNGKey, Trajectory, zeros_like_spec
+from podracer.agents.policies import Categorical, Policy
+from podracer.config import ConfigError
+from podracer.ops import VTraceOutput, vtrace_td_error_and_advantage
+from podracer.types import ActionSpec, Array, BoxSpec, DiscreteSpec, ObsSpec, Params, PRNGKey, Trajectory, zeros_like_spec
 
 TORSOS = ("mlp", "nature_cnn", "impala_cnn")
 
@@ -22,13 +24,26 @@ def make_actor_critic(
     activation: str,
     shared_torso: bool,
     obs_spec: ObsSpec,
-    action_spec: DiscreteSpec,
+    action_spec: ActionSpec,
+    log_std_init: float = 0.0,
 ) -> nn.Module:
-    """The actor-critic network an agent config asks for."""
+    """The actor-critic network an agent config asks for: logits for a `DiscreteSpec`, a
+    Gaussian (`networks.GaussianActorCritic`, `log_std_init`) for a `BoxSpec`."""
     def body():
         return make_torso(torso, hidden_sizes, activation, obs_spec)
 
-    return networks.ActorCritic(action_spec.num_actions, body(), None if shared_torso else body())
+    critic = None if shared_torso else body()
+    if isinstance(action_spec, BoxSpec):
+        return networks.GaussianActorCritic(tuple(action_spec.shape), body(), critic, log_std_init)
+    return networks.ActorCritic(action_spec.num_actions, body(), critic)
+
+
+def require_discrete(action_spec: ActionSpec, algorithm: str) -> None:
+    """ConfigError, naming both, unless `action_spec` is discrete (for agents that have no
+    continuous policy)."""
+    if not isinstance(action_spec, DiscreteSpec):
+        raise ConfigError(f"agent {algorithm} supports discrete actions only; the environment's are "
+                          f"{type(action_spec).__name__}{tuple(getattr(action_spec, 'shape', ()))}")
 
 
 def make_torso(torso: str, hidden_sizes: tuple[int, ...], activation: str, obs_spec: ObsSpec) -> nn.Module:
@@ -55,24 +70,28 @@ def make_init(network: nn.Module, optimizer: optax.GradientTransformation, obs_s
     return init
 
 
-def make_sampling_act(network: nn.Module) -> Callable[[Params, Array, PRNGKey], tuple[Array, dict]]:
-    """`act(params, obs [B, ...], key) -> (action [B], {"log_prob", "value"})`, sampling
-    from the categorical policy; `log_prob` is the behaviour policy's, for the loss."""
+def make_sampling_act(
+    network: nn.Module, policy: Policy = Categorical()
+) -> Callable[[Params, Array, PRNGKey], tuple[Array, dict]]:
+    """`act(params, obs [B, ...], key) -> (action [B, ...], {"log_prob", "value", ...})`,
+    sampling from the policy; `log_prob` is the behaviour policy's, for the loss (a
+    Gaussian adds its unclipped sample, see `podracer.agents.policies`)."""
 
     def act(params: Params, obs: Array, key: PRNGKey) -> tuple[Array, dict[str, Array]]:
-        logits, value = network.apply(params, obs)
-        action = jax.random.categorical(key, logits)
-        return action, {"log_prob": categorical_log_prob(logits, action), "value": value}
+        out, value = network.apply(params, obs)
+        action, extras = policy.sample(key, out)
+        return action, {**extras, "value": value}
 
     return act
 
 
-def make_greedy_act(network: nn.Module) -> Callable[[Params, Array], Array]:
-    """`greedy_act(params, obs [B, ...]) -> action [B]`: the argmax of the policy logits."""
+def make_greedy_act(network: nn.Module, policy: Policy = Categorical()) -> Callable[[Params, Array], Array]:
+    """`greedy_act(params, obs [B, ...]) -> action [B, ...]`: the policy's most likely
+    action (the argmax of the logits; a Gaussian's mean, clipped to the box)."""
 
     def greedy_act(params: Params, obs: Array) -> Array:
-        logits, _ = network.apply(params, obs)
-        return jnp.argmax(logits, axis=-1)
+        out, _ = network.apply(params, obs)
+        return policy.mode(out)
 
     return greedy_act
 
@@ -96,11 +115,12 @@ def shuffled_minibatches(key: PRNGKey, batch: Any, num_minibatches: int) -> Any:
     )
 
 
-def apply_time_major(network: nn.Module, params: Params, obs: Array) -> tuple[Array, Array]:
-    """The network over a time-major batch: `obs [T, B, ...] -> (logits [T, B, A], value [T, B])`."""
+def apply_time_major(network: nn.Module, params: Params, obs: Array) -> tuple[Any, Array]:
+    """The network over a time-major batch: `obs [T, B, ...] -> (out, value [T, B])`, the
+    policy output `out` with `[T, B]` leading every leaf (logits `[T, B, A]`, ...)."""
     T, B = obs.shape[:2]
-    logits, value = network.apply(params, obs.reshape((T * B,) + obs.shape[2:]))
-    return logits.reshape((T, B) + logits.shape[1:]), value.reshape((T, B))
+    out, value = network.apply(params, obs.reshape((T * B,) + obs.shape[2:]))
+    return jax.tree.map(lambda x: x.reshape((T, B) + x.shape[1:]), out), value.reshape((T, B))
 
 
 def vtrace_on_trajectory(

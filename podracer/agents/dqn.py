@@ -141,6 +141,7 @@ def make_dqn(
                  importance-sampling exponent of prioritized replay to 1 over the run).
     axis_name:   mesh axis (or axes) to average gradients over; None on one device.
     """
+    common.require_discrete(action_spec, "dqn")
     network = make_q_network(config, obs_spec, action_spec)
     optimizer = make_optimizer(config)
     replay = make_replay(config.buffer_size, config.batch_size, config.prioritized, config.priority_exponent)

@@ -95,6 +95,7 @@ def make_impala(
     axis_name:   mesh axis (or axes) to average gradients and statistics over; None on one
                  device.
     """
+    common.require_discrete(action_spec, "impala")
     network = common.make_actor_critic(
         config.torso, config.hidden_sizes, config.activation, config.shared_torso,
         obs_spec, action_spec,

@@ -2,7 +2,11 @@
 
 Written once, run by both architectures: `update` sees a time-major trajectory on one
 device and averages gradients and batch statistics over `axis_name` when it runs
-under `shard_map`.
+under `shard_map`. The action spec picks the policy: categorical logits for a
+`DiscreteSpec`, a diagonal Gaussian with a state-independent log-std for a `BoxSpec`
+(actions clipped to the box; the loss takes the unclipped sample's log-probability, see
+`podracer.agents.policies`). Observation normalisation and reward scaling are options
+(`podracer.agents.normalization`).
 """
 
 from __future__ import annotations
@@ -16,9 +20,11 @@ import optax
 
 from podracer import parallel
 from podracer.agents import common
+from podracer.agents.normalization import with_normalization
+from podracer.agents.policies import Policy, policy_for
 from podracer.config import check
-from podracer.ops import clipped_surrogate_loss, entropy_loss, categorical_log_prob, gae_advantages
-from podracer.types import AgentState, Agent, DiscreteSpec, ObsSpec, PRNGKey, Trajectory
+from podracer.ops import clipped_surrogate_loss, gae_advantages
+from podracer.types import ActionSpec, AgentState, Agent, ObsSpec, PRNGKey, Trajectory
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +56,13 @@ class PPOConfig:
     activation: Literal["tanh", "relu", "gelu"] = "tanh"
     shared_torso: bool = False
     unroll_sgd: bool = False  # unroll epochs and minibatches (faster CNN updates on CPU)
+    log_std_init: float = 0.0  # continuous actions: initial log-std of the Gaussian policy
+    # Running mean/variance normalisation of observations, clipped to +-obs_clip (agent state).
+    normalize_observations: bool = False
+    obs_clip: float = 10.0
+    # Rewards divided by the running std of the discounted return, clipped to +-reward_clip.
+    scale_rewards: bool = False
+    reward_clip: float = 10.0
 
     def __post_init__(self) -> None:
         check(self.learning_rate > 0, "agent.learning_rate", "must be > 0", self.learning_rate)
@@ -68,6 +81,8 @@ class PPOConfig:
         check(self.torso in common.TORSOS, "agent.torso", f"must be one of {common.TORSOS}", self.torso)
         check(len(self.hidden_sizes) > 0 and min(self.hidden_sizes) > 0,
               "agent.hidden_sizes", "must be positive sizes", self.hidden_sizes)
+        check(self.obs_clip > 0, "agent.obs_clip", "must be > 0", self.obs_clip)
+        check(self.reward_clip > 0, "agent.reward_clip", "must be > 0", self.reward_clip)
 
     def check_batch(self, batch_size: int) -> None:
         """Raise ConfigError unless a per-device batch of `batch_size` transitions splits
@@ -79,20 +94,21 @@ class PPOConfig:
 def make_ppo(
     config: PPOConfig,
     obs_spec: ObsSpec,
-    action_spec: DiscreteSpec,
+    action_spec: ActionSpec,
     *,
     num_updates: int,
     axis_name: parallel.AxisName = None,
 ) -> Agent:
-    """Build the PPO `Agent`.
+    """Build the PPO `Agent` for discrete (`DiscreteSpec`) or continuous (`BoxSpec`) actions.
 
     num_updates: how many times `update` will be called in the run (for lr annealing).
     axis_name:   mesh axis (or axes) to average gradients and statistics over; None on one
                  device.
     """
+    policy = policy_for(action_spec)
     network = common.make_actor_critic(
         config.torso, config.hidden_sizes, config.activation, config.shared_torso,
-        obs_spec, action_spec,
+        obs_spec, action_spec, config.log_std_init,
     )
     steps_per_update = config.num_epochs * config.num_minibatches
     if config.anneal_lr:
@@ -108,8 +124,8 @@ def make_ppo(
 
     def loss_fn(params, minibatch):
         obs, action, behaviour_log_prob, old_value, advantage, target = minibatch
-        logits, value = network.apply(params, obs)
-        log_ratio = categorical_log_prob(logits, action) - behaviour_log_prob
+        out, value = network.apply(params, obs)
+        log_ratio = policy.log_prob(out, action) - behaviour_log_prob
         if config.normalize_advantages:
             advantage = _normalize(advantage, axis_name)
         pg_loss = clipped_surrogate_loss(log_ratio, advantage, config.clip_eps)
@@ -118,14 +134,14 @@ def make_ppo(
             clipped = old_value + jnp.clip(value - old_value, -config.clip_eps, config.clip_eps)
             value_loss = jnp.maximum(value_loss, jnp.square(clipped - target))
         value_loss = 0.5 * jnp.mean(value_loss)
-        neg_entropy = entropy_loss(logits)
-        loss = pg_loss + config.value_coef * value_loss + config.entropy_coef * neg_entropy
+        entropy = policy.entropy(out)
+        loss = pg_loss + config.value_coef * value_loss - config.entropy_coef * entropy
         ratio = jnp.exp(log_ratio)
         metrics = {
             "loss": loss,
             "pg_loss": pg_loss,
             "value_loss": value_loss,
-            "entropy": -neg_entropy,
+            "entropy": entropy,
             "approx_kl": jnp.mean((ratio - 1.0) - log_ratio),
             "clip_fraction": jnp.mean(jnp.abs(ratio - 1.0) > config.clip_eps),
         }
@@ -140,8 +156,9 @@ def make_ppo(
 
     def update(state: AgentState, traj: Trajectory, key: PRNGKey):
         traj, advantage, target = advantages_and_targets(state.params, traj)
+        action = policy.policy_action(traj.action, traj.extras)
         batch = common.flatten_time_batch(
-            (traj.obs, traj.action, traj.extras["log_prob"], traj.extras["value"], advantage, target)
+            (traj.obs, action, traj.extras["log_prob"], traj.extras["value"], advantage, target)
         )
         params, opt_state, metrics = sgd_epochs(state.params, state.opt_state, batch, key)
         metrics = parallel.pmean(metrics, axis_name)
@@ -151,15 +168,20 @@ def make_ppo(
         """`(traj, advantage [T, B], target [T, B])`; `traj.extras` are what the loss takes
         as the old policy's log-probabilities and values."""
         if config.advantage == "vtrace":
-            return vtrace_advantages_and_targets(network, config, params, traj)
+            return vtrace_advantages_and_targets(network, policy, config, params, traj)
         next_value = successor_values(network, params, traj)
         discount = config.gamma * (1.0 - traj.terminated.astype(jnp.float32))
         end = traj.terminated | traj.truncated
         gae = jax.vmap(gae_advantages, in_axes=(1, 1, 1, 1, None, 1), out_axes=1)
         return traj, *gae(traj.reward, discount, traj.extras["value"], next_value, config.gae_lambda, end)
 
-    return Agent(init=init, act=common.make_sampling_act(network), update=update,
-                 greedy_act=common.make_greedy_act(network))
+    agent = Agent(init=init, act=common.make_sampling_act(network, policy), update=update,
+                  greedy_act=common.make_greedy_act(network, policy))
+    return with_normalization(
+        agent, obs_spec, normalize_observations=config.normalize_observations, obs_clip=config.obs_clip,
+        scale_rewards=config.scale_rewards, reward_clip=config.reward_clip, gamma=config.gamma,
+        axis_name=axis_name,
+    )
 
 
 def successor_values(network, params, traj: Trajectory) -> jax.Array:
@@ -186,7 +208,7 @@ def successor_values(network, params, traj: Trajectory) -> jax.Array:
     return jax.lax.while_loop(lambda carry: carry[0], with_truncations, (pending, shifted))[1]
 
 
-def vtrace_advantages_and_targets(network, config: PPOConfig, params, traj: Trajectory):
+def vtrace_advantages_and_targets(network, policy: Policy, config: PPOConfig, params, traj: Trajectory):
     """PPO for lagging actors: V-trace corrects from the behaviour policy `mu` to the policy
     `pi_k` at the start of this update, and the clipped surrogate keeps `pi` near `pi_k`.
 
@@ -198,8 +220,9 @@ def vtrace_advantages_and_targets(network, config: PPOConfig, params, traj: Traj
     as under Anakin) it is PPO with V-trace(lambda) = TD(lambda) returns.
     """
     T = traj.reward.shape[0]
-    logits, values = common.apply_time_major(network, params, jnp.concatenate([traj.obs, traj.next_obs]))
-    log_prob = categorical_log_prob(logits[:T], traj.action)
+    out, values = common.apply_time_major(network, params, jnp.concatenate([traj.obs, traj.next_obs]))
+    out = jax.tree.map(lambda x: x[:T], out)
+    log_prob = policy.log_prob(out, policy.policy_action(traj.action, traj.extras))
     vtrace = common.vtrace_on_trajectory(
         traj, values[:T], values[T:], log_prob, config.gamma, config.vtrace_lambda,
         config.clip_rho_threshold, config.clip_pg_rho_threshold,

@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 
 from podracer.config import EnvConfig
-from podracer.envs.host import EpisodeCounters, HostStep
-from podracer.types import DiscreteSpec, ObsSpec, TimeStep
+from podracer.envs.host import EpisodeCounters, HostStep, env_action, specs_of_spaces
+from podracer.types import ActionSpec, BoxSpec, ObsSpec, TimeStep
 
 
 @functools.cache
@@ -72,18 +72,16 @@ def _spec(env_config: EnvConfig) -> Any:
     return envpool.make_spec(env_config.id, **envpool_options(env_config, base))
 
 
-def _specs_of(spec: Any) -> tuple[ObsSpec, DiscreteSpec]:
-    space = spec.action_space
-    if not hasattr(space, "n"):
-        raise ValueError(f"{spec!r} has a continuous action space; podracer agents need discrete actions")
-    shape = tuple(spec.observation_space.shape)
+def _specs_of(spec: Any, env_id: str) -> tuple[ObsSpec, ActionSpec]:
+    obs_spec, action_spec = specs_of_spaces(spec.observation_space, spec.action_space, env_id)
     if _is_atari(spec):  # [stack, H, W] -> [H, W, stack]
-        shape = shape[1:] + shape[:1]
-    return ObsSpec(shape, np.dtype(spec.observation_space.dtype)), DiscreteSpec(int(space.n))
+        shape = obs_spec.shape
+        obs_spec = obs_spec._replace(shape=shape[1:] + shape[:1])
+    return obs_spec, action_spec
 
 
-def envpool_specs(env_config: EnvConfig) -> tuple[ObsSpec, DiscreteSpec]:
-    return _specs_of(_spec(env_config))
+def envpool_specs(env_config: EnvConfig) -> tuple[ObsSpec, ActionSpec]:
+    return _specs_of(_spec(env_config), env_config.id)
 
 
 class EnvPoolEnv:
@@ -94,7 +92,7 @@ class EnvPoolEnv:
 
         spec = _spec(env_config)
         self.num_envs = num_envs
-        self.observation_spec, self.action_spec = _specs_of(spec)
+        self.observation_spec, self.action_spec = _specs_of(spec, env_config.id)
         self._atari = _is_atari(spec)
         self._episodic_life = self._atari and env_config.episodic_life
         self._pool = envpool.make(
@@ -102,6 +100,7 @@ class EnvPoolEnv:
             num_threads=num_threads, seed=seed, **envpool_options(env_config, spec),
         )
         self._ids = np.arange(num_envs, dtype=np.int32)
+        self._action_dtype = np.dtype(spec.action_space.dtype)
         self._counters = EpisodeCounters(num_envs, int(spec.config.max_episode_steps))
         self._obs_dtype = self.observation_spec.dtype
 
@@ -111,7 +110,7 @@ class EnvPoolEnv:
         return self._observation(obs, info["env_id"])
 
     def send(self, action: np.ndarray) -> None:
-        self._pool.send(np.asarray(action, np.int32), self._ids)
+        self._pool.send(env_action(action, self.action_spec, self._action_dtype), self._ids)
 
     def recv(self) -> HostStep:
         obs, reward, terminated, pool_truncated, info = self._pool.recv()
@@ -150,7 +149,7 @@ class EnvPoolEnv:
         auto = pool_done[done]
         if auto.any():
             ids = np.flatnonzero(done & pool_done).astype(np.int32)
-            self._pool.send(np.zeros(len(ids), np.int32), ids)
+            self._pool.send(self._dummy_action(len(ids)), ids)
             reset_obs, *_, info = self._pool.recv()
             obs[auto] = self._observation(reset_obs, info["env_id"])
         if not auto.all():
@@ -158,6 +157,12 @@ class EnvPoolEnv:
             reset_obs, info = self._pool.reset(ids)
             obs[~auto] = self._observation(reset_obs, info["env_id"])
         return obs
+
+    def _dummy_action(self, n: int) -> np.ndarray:
+        """An action for `n` environments that EnvPool will ignore (it resets them)."""
+        if isinstance(self.action_spec, BoxSpec):
+            return np.zeros((n,) + self.action_spec.shape, self._action_dtype)
+        return np.zeros(n, np.int32)
 
     def _observation(self, obs: np.ndarray, env_id: np.ndarray) -> np.ndarray:
         """Sort by env id; Atari frames `[B, stack, H, W] -> [B, H, W, stack]`."""

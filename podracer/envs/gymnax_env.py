@@ -6,10 +6,11 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from podracer.envs.base import JaxEnv
 from podracer.envs.render import cartpole_frame
-from podracer.types import DiscreteSpec, ObsSpec
+from podracer.types import ActionSpec, BoxSpec, DiscreteSpec, ObsSpec
 
 # gymnax folds its time limit into `done`; the adapter turns it off inside gymnax
 # (an unreachable limit) and applies it itself, so termination and truncation stay apart.
@@ -19,6 +20,8 @@ GYMNAX_IDS = (
     "CartPole-v1",
     "Acrobot-v1",
     "MountainCar-v0",
+    "Pendulum-v1",
+    "MountainCarContinuous-v0",
     "Asterix-MinAtar",
     "Breakout-MinAtar",
     "Freeway-MinAtar",
@@ -33,7 +36,8 @@ GYMNAX_IDS = (
 
 
 class GymnaxEnv(JaxEnv):
-    """A gymnax environment with discrete actions, e.g. `GymnaxEnv("CartPole-v1")`."""
+    """A gymnax environment, e.g. `GymnaxEnv("CartPole-v1")`; discrete actions report a
+    `DiscreteSpec`, continuous ones (`Pendulum-v1`) a `BoxSpec` (clipped to it by `step`)."""
 
     def __init__(self, env_id: str, **kwargs: Any):
         import gymnax  # imported lazily: it pulls in matplotlib
@@ -62,8 +66,20 @@ class GymnaxEnv(JaxEnv):
         space = self._env.observation_space(params)
         return ObsSpec(tuple(space.shape), jnp.dtype(space.dtype))
 
-    def action_spec(self, params: Any) -> DiscreteSpec:
+    def action_spec(self, params: Any) -> ActionSpec:
+        # The spec is static: the bounds come from the adapter's own (concrete) parameters.
+        from gymnax.environments import spaces
+
+        space = self._env.action_space(self._params)
+        if isinstance(space, spaces.Box):
+            return BoxSpec(tuple(space.shape), _bound(space.low), _bound(space.high))
         return DiscreteSpec(int(self._env.num_actions))
+
+
+def _bound(x: Any) -> float | np.ndarray:
+    """A box bound as a float (scalar) or float32 array."""
+    x = np.asarray(x, np.float32)
+    return float(x) if x.ndim == 0 else x
 
 
 class GymnaxCartPole(GymnaxEnv):

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from podracer.envs.base import JaxEnv
-from podracer.types import DiscreteSpec, ObsSpec
+from podracer.types import BoxSpec, DiscreteSpec, ObsSpec
 
 
 @struct.dataclass
@@ -85,4 +85,24 @@ class DiscountingProbe(_Probe):
         return state, state.obs, jnp.where(done, 1.0, 0.0), done
 
 
-PROBES = {p.name: p for p in (ConstantRewardProbe, ObsRewardProbe, ActionRewardProbe, DiscountingProbe)}
+class ContinuousActionProbe(_Probe):
+    """One step, observation `2 + s` with `s = +-1` (an offset that observation
+    normalisation removes), a continuous action in `[-1, 1]`; reward `-(action - s / 2)^2`:
+    the policy's mean must learn `s / 2`, inside the box, and its spread must shrink. The
+    action arrives clipped to the box (`JaxEnv.step`)."""
+
+    name = "ProbeContinuousAction"
+
+    def action_spec(self, params: Any) -> BoxSpec:
+        return BoxSpec((1,), -1.0, 1.0)
+
+    def _first_obs(self, key):
+        return (2.0 + jnp.where(jax.random.bernoulli(key), 1.0, -1.0))[None].astype(jnp.float32)
+
+    def step_env(self, key, state, action, params):
+        reward = -jnp.square(action[0] - 0.5 * (state.obs[0] - 2.0))
+        return state, state.obs, reward, jnp.bool_(True)
+
+
+PROBES = {p.name: p for p in (ConstantRewardProbe, ObsRewardProbe, ActionRewardProbe, DiscountingProbe,
+                              ContinuousActionProbe)}
