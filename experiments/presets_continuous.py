@@ -49,7 +49,18 @@ def ppo_halfcheetah_sebulba() -> Config:
     )
 
 
+def ppo_inverted_pendulum_brax_anakin() -> Config:
+    """PPO on Brax's inverted_pendulum (needs `pip install podracer[brax]`), CleanRL's settings."""
+    return Config(
+        env=EnvConfig("brax/inverted_pendulum"),
+        agent=continuous_ppo(),
+        arch=AnakinConfig(num_envs=16, rollout_length=128, updates_per_call=8),
+        total_env_steps=300_000,
+    )
+
+
 CONTINUOUS_PRESETS: dict[str, Callable[[], Config]] = {
     "ppo-pendulum-anakin": ppo_pendulum_anakin,
     "ppo-halfcheetah-sebulba": ppo_halfcheetah_sebulba,
+    "ppo-inverted-pendulum-brax-anakin": ppo_inverted_pendulum_brax_anakin,
 }

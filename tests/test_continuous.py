@@ -191,3 +191,64 @@ def test_normalization_options_are_validated():
         PPOConfig(obs_clip=0.0)
     with pytest.raises(ConfigError, match="agent.reward_clip"):
         dataclasses.replace(PPOConfig(), reward_clip=-1.0)
+
+
+@pytest.mark.timeout(300)
+def test_brax_env_steps_inside_shard_map():
+    """The `brax` extra: a Brax environment reports its box and steps (auto-reset and all)
+    inside a `shard_map` over 2 devices, as Anakin runs it (Brax's default pipeline fails
+    the replication check there)."""
+    pytest.importorskip("brax")
+    from jax.sharding import PartitionSpec as P
+
+    from podracer import parallel
+
+    env = make_jax_env("brax/inverted_pendulum")
+    assert env.action_spec(None) == BoxSpec((1,), -1.0, 1.0)
+    assert env.observation_spec(None) == ObsSpec((4,), jnp.float32) and env.max_episode_steps(None) == 1000
+
+    def per_device(keys):
+        state, obs = jax.vmap(env.reset)(keys)
+        state, ts = jax.vmap(env.step)(keys, state, jnp.full((keys.shape[0], 1), 3.0))
+        return obs, ts
+
+    mesh = parallel.make_mesh(jax.devices()[:2], "device")
+    obs, ts = jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=P("device"), out_specs=P("device")))(
+        jax.random.split(jax.random.key(0), 4))
+    assert obs.shape == (4, 4) and ts.obs.shape == (4, 4)
+    np.testing.assert_allclose(ts.reward, 1.0)  # still upright after one step
+    assert not np.any(ts.terminated | ts.truncated)
+
+
+def test_discounted_returns_of_a_device_invariant_reward_inside_shard_map():
+    """A constant reward (Brax's inverted_pendulum pays 1.0) is device-invariant inside
+    `shard_map` while episode ends vary: the running return must still trace."""
+    from jax.sharding import PartitionSpec as P
+
+    from podracer import parallel
+
+    def per_device(end):
+        return jax.vmap(discounted_returns, in_axes=(1, 1, None), out_axes=1)(jnp.ones((3, 2)), end[0], 0.5)[None]
+
+    mesh = parallel.make_mesh(jax.devices()[:2], "device")
+    end = jnp.zeros((2, 3, 2), bool).at[0, 0, 0].set(True)
+    returns = jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=P("device"), out_specs=P("device")))(end)
+    np.testing.assert_allclose(returns[0, :, 0], [1.0, 1.0, 1.5])
+    np.testing.assert_allclose(returns[1, :, 0], [1.0, 1.5, 1.75])
+
+
+def test_brax_ids_without_brax_name_the_extra(monkeypatch):
+    import builtins
+
+    from podracer.envs import UnknownEnvError
+
+    real_import = builtins.__import__
+
+    def no_brax(name, *args, **kwargs):
+        if name == "brax" or name.startswith("brax."):
+            raise ImportError("No module named 'brax'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_brax)
+    with pytest.raises(UnknownEnvError, match=r"pip install 'podracer\[brax\]'"):
+        make_jax_env("brax/ant")
