@@ -170,14 +170,15 @@ def test_envpool_mujoco_clips_actions_and_restarts_ended_episodes():
 
 
 def test_gymnasium_box_env_reports_a_box_and_clips():
+    """Gymnasium's MountainCarContinuous charges `0.1 * action^2` on the action it gets."""
     from podracer.envs.host import host_env_specs, make_host_env
 
-    config = EnvConfig("Pendulum-v1", backend="gymnasium")
+    config = EnvConfig("MountainCarContinuous-v0", backend="gymnasium")
     obs_spec, action_spec = host_env_specs(config)
-    assert obs_spec == ObsSpec((3,), np.float32)
-    assert action_spec.shape == (1,) and float(action_spec.low[0]) == -2.0 and float(action_spec.high[0]) == 2.0
+    assert obs_spec == ObsSpec((2,), np.float32)
+    assert action_spec.shape == (1,) and float(action_spec.low[0]) == -1.0 and float(action_spec.high[0]) == 1.0
     rewards = []
-    for value in (9.0, 2.0):
+    for value in (9.0, 1.0):
         env = make_host_env(config, 2, seed=1)
         env.reset()
         env.send(np.full((2, 1), value, np.float32))
