@@ -156,7 +156,8 @@ def test_envpool_mujoco_clips_actions_and_restarts_ended_episodes():
 
     env = make_host_env(EnvConfig("Hopper-v4"), 4, seed=0)
     rng = np.random.default_rng(0)
-    obs, ended = env.reset(), 0
+    env.reset()
+    ended = 0
     for _ in range(300):
         env.send(rng.uniform(-1, 1, (4, 3)).astype(np.float32))
         step = env.recv()

@@ -11,8 +11,8 @@ from podracer import parallel
 from podracer.agents import PPOConfig, make_ppo
 from podracer.agents.normalization import NormalizedParams
 from podracer.checkpoint import Checkpointer, checkpoint_dir
-from podracer.ops import running_stats as rs
 from podracer.config import CheckpointConfig, Config, EnvConfig, LogConfig
+from podracer.ops import running_stats as rs
 from podracer.types import BoxSpec, ObsSpec
 from tests.helpers import leading_axis, random_trajectory, tree_allclose
 
@@ -23,7 +23,7 @@ NORMALIZED = PPOConfig(hidden_sizes=(16,), num_minibatches=1, num_epochs=2, norm
 # The probe's optimum is the mean action (obs - 2) / 2 = +-0.5; a fast learner finds it.
 PROBE_AGENT = PPOConfig(learning_rate=3e-3, anneal_lr=False, num_minibatches=2, num_epochs=4, entropy_coef=0.0,
                         hidden_sizes=(16,), gamma=0.9, normalize_observations=True, scale_rewards=True)
-QUIET = dict(log=LogConfig(console=False, tensorboard=False), checkpoint=CheckpointConfig(every_updates=0))
+QUIET = {"log": LogConfig(console=False, tensorboard=False), "checkpoint": CheckpointConfig(every_updates=0)}
 
 
 @pytest.mark.timeout(180)
@@ -50,7 +50,7 @@ def test_normalized_update_on_4_devices_equals_1_device():
     replicas, metrics = jax.jit(sharded)(state, traj)
     replicas, expected_params, before = jax.device_get((replicas, expected.params, state.params))
     for d in range(4):
-        tree_allclose(jax.tree.map(lambda x: x[d], replicas), expected_params, rtol=1e-4, atol=1e-6)
+        tree_allclose(jax.tree.map(lambda x, d=d: x[d], replicas), expected_params, rtol=1e-4, atol=1e-6)
     tree_allclose(metrics["loss"], expected_metrics["loss"], rtol=1e-4)
     # Not vacuous: the statistics are those of the whole batch, and the network moved.
     stats = expected_params.obs_stats

@@ -70,8 +70,11 @@ def make_init(network: nn.Module, optimizer: optax.GradientTransformation, obs_s
     return init
 
 
+CATEGORICAL = Categorical()
+
+
 def make_sampling_act(
-    network: nn.Module, policy: Policy = Categorical()
+    network: nn.Module, policy: Policy = CATEGORICAL
 ) -> Callable[[Params, Array, PRNGKey], tuple[Array, dict]]:
     """`act(params, obs [B, ...], key) -> (action [B, ...], {"log_prob", "value", ...})`,
     sampling from the policy; `log_prob` is the behaviour policy's, for the loss (a
@@ -85,7 +88,7 @@ def make_sampling_act(
     return act
 
 
-def make_greedy_act(network: nn.Module, policy: Policy = Categorical()) -> Callable[[Params, Array], Array]:
+def make_greedy_act(network: nn.Module, policy: Policy = CATEGORICAL) -> Callable[[Params, Array], Array]:
     """`greedy_act(params, obs [B, ...]) -> action [B, ...]`: the policy's most likely
     action (the argmax of the logits; a Gaussian's mean, clipped to the box)."""
 

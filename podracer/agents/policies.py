@@ -23,9 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from podracer.ops import (
-    categorical_log_prob, entropy_loss, gaussian_entropy, gaussian_log_prob, gaussian_sample,
-)
+from podracer.ops import categorical_log_prob, entropy_loss, gaussian_entropy, gaussian_log_prob, gaussian_sample
 from podracer.types import ActionSpec, Array, BoxSpec, DiscreteSpec, PRNGKey
 
 RAW_ACTION = "raw_action"  # extras key of a Gaussian's unclipped sample

@@ -24,7 +24,7 @@ from podracer.agents.normalization import with_normalization
 from podracer.agents.policies import Policy, policy_for
 from podracer.config import check
 from podracer.ops import clipped_surrogate_loss, gae_advantages
-from podracer.types import ActionSpec, AgentState, Agent, ObsSpec, PRNGKey, Trajectory
+from podracer.types import ActionSpec, Agent, AgentState, ObsSpec, PRNGKey, Trajectory
 
 
 @dataclasses.dataclass(frozen=True)
