@@ -104,11 +104,11 @@ def cmd_list() -> None:
     for name, make in PRESETS.items():
         print(f"  {name:28s} {(make.__doc__ or '').strip().splitlines()[0]}")
     print("algorithms:\n  " + ", ".join(ALGORITHMS))
-    print("environments (Anakin, JAX):\n  " + ", ".join(jax_env_ids()))
+    print("environments (Anakin, JAX; brax/* need `pip install podracer[brax]`):\n  " + ", ".join(jax_env_ids()))
     from podracer.envs.envpool_env import envpool_ids
 
     print(f"environments (Sebulba, host): every EnvPool id ({len(envpool_ids())}, e.g. CartPole-v1, Pong-v5, "
-          "Breakout-v5) and any Gymnasium id")
+          "HalfCheetah-v4) and any Gymnasium id (Discrete or Box actions)")
 
 
 def cmd_train(preset: str | None, resume_dir: str | None, overrides: list[str]) -> int:

@@ -254,3 +254,17 @@ def test_brax_ids_without_brax_name_the_extra(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_brax)
     with pytest.raises(UnknownEnvError, match=r"pip install 'podracer\[brax\]'"):
         make_jax_env("brax/ant")
+
+
+def test_cli_lists_the_continuous_presets_and_rejects_dqn_on_a_box(capsys, tmp_path):
+    from experiments.cli import main
+
+    main(["list"])
+    out = capsys.readouterr().out
+    assert "ppo-pendulum-anakin" in out and "ppo-halfcheetah-sebulba" in out and "Pendulum-v1" in out
+    run_dir = tmp_path / "run"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "dqn-cartpole-anakin", "--env.id", "Pendulum-v1", "--run-dir", str(run_dir)])
+    err = capsys.readouterr().err.strip()
+    assert exit_info.value.code == 2 and len(err.splitlines()) == 1
+    assert "dqn" in err and "BoxSpec" in err and not run_dir.exists()
