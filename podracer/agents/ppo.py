@@ -56,13 +56,11 @@ class PPOConfig:
     activation: Literal["tanh", "relu", "gelu"] = "tanh"
     shared_torso: bool = False
     unroll_sgd: bool = False  # unroll epochs and minibatches (faster CNN updates on CPU)
-    log_std_init: float = 0.0  # continuous actions: initial log-std of the Gaussian policy
-    # Running mean/variance normalisation of observations, clipped to +-obs_clip (agent state).
-    normalize_observations: bool = False
-    obs_clip: float = 10.0
-    # Rewards divided by the running std of the discounted return, clipped to +-reward_clip.
-    scale_rewards: bool = False
-    reward_clip: float = 10.0
+    log_std_init: float = 0.0  # continuous actions: initial log-std of the Gaussian policy (state-independent)
+    normalize_observations: bool = False  # running mean/variance normalisation of observations (agent state)
+    obs_clip: float = 10.0  # normalised observations are clipped to +-obs_clip
+    scale_rewards: bool = False  # rewards divided by the running std of the discounted return (agent state)
+    reward_clip: float = 10.0  # scaled rewards are clipped to +-reward_clip
 
     def __post_init__(self) -> None:
         check(self.learning_rate > 0, "agent.learning_rate", "must be > 0", self.learning_rate)
