@@ -19,6 +19,8 @@ GYMNAX_IDS = (
     "CartPole-v1",
     "Acrobot-v1",
     "MountainCar-v0",
+    "Pendulum-v1",
+    "MountainCarContinuous-v0",
     "Asterix-MinAtar",
     "Breakout-MinAtar",
     "Freeway-MinAtar",
@@ -35,8 +37,8 @@ GYMNAX_IDS = (
 
 
 class GymnaxEnv(JaxEnv):
-    """A gymnax environment, e.g. `GymnaxEnv("CartPole-v1")`; its action spec is a
-    `DiscreteSpec` or, for a continuous action space (`Pendulum-v1`), a `BoxSpec`."""
+    """A gymnax environment, e.g. `GymnaxEnv("CartPole-v1")`; discrete actions report a
+    `DiscreteSpec`, continuous ones (`Pendulum-v1`) a `BoxSpec` (clipped to it by `step`)."""
 
     def __init__(self, env_id: str, **kwargs: Any):
         import gymnax  # imported lazily: it pulls in matplotlib
@@ -66,10 +68,11 @@ class GymnaxEnv(JaxEnv):
         return ObsSpec(tuple(space.shape), jnp.dtype(space.dtype))
 
     def action_spec(self, params: Any) -> ActionSpec:
-        import gymnax
+        # The spec is static: the bounds come from the adapter's own (concrete) parameters.
+        from gymnax.environments import spaces
 
-        space = self._env.action_space(params)
-        if isinstance(space, gymnax.environments.spaces.Box):
+        space = self._env.action_space(self._params)
+        if isinstance(space, spaces.Box):
             return box_spec(space.shape, space.low, space.high)
         return DiscreteSpec(int(self._env.num_actions))
 
