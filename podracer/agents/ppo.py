@@ -12,6 +12,7 @@ under `shard_map`. The action spec picks the policy: categorical logits for a
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Literal
 
 import jax
@@ -86,6 +87,7 @@ class PPOConfig:
               "agent.hidden_sizes", "must be positive sizes", self.hidden_sizes)
         check(self.activation in common.ACTIVATIONS, "agent.activation", f"must be one of {common.ACTIVATIONS}",
               self.activation)
+        check(math.isfinite(self.log_std_init), "agent.log_std_init", "must be finite", self.log_std_init)
         check(self.obs_clip > 0, "agent.obs_clip", "must be > 0", self.obs_clip)
         check(self.reward_clip > 0, "agent.reward_clip", "must be > 0", self.reward_clip)
 
