@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--episodes", type=int, default=100, help="episodes to run (default 100)")
     evaluate.add_argument("--seed", type=int, default=0, help="evaluation seed (default 0)")
     evaluate.add_argument("--agent-seed", type=int, default=0, help="which of the run's seeds (default 0)")
-    evaluate.add_argument("--sample", action="store_true", help="sample actions instead of the argmax")
+    evaluate.add_argument("--sample", action="store_true", help="sample actions instead of the greedy ones (argmax; a Gaussian's mean)")
     evaluate.add_argument("--json", action="store_true", help="print one JSON object")
     evaluate.add_argument("--video", metavar="FILE", help="write one episode as FILE (.gif or .mp4)")
 
@@ -149,11 +149,12 @@ def cmd_list(width: int = 100) -> None:
     for name, algorithm in algorithms().items():
         spaces = ", ".join(space.__name__ for space in algorithm.action_spaces)
         print(f"  {name:10s} {algorithm.config.__name__}: {spaces}{', action masks' if algorithm.masks else ''}")
-    print("environments (Anakin, JAX):")
+    print("environments (Anakin, JAX; brax/* need `pip install podracer[brax]`):")
     print(textwrap.fill(", ".join(jax_env_ids()), width, initial_indent="  ", subsequent_indent="  ",
                         break_on_hyphens=False))
     print(f"environments (Sebulba, host): every EnvPool id ({len(envpool_ids())}, e.g. CartPole-v1, Pong-v5, "
-          "Breakout-v5), any Gymnasium id, and the prefix adders PrefixAdder-<N> (analytic costs) and "
+          "Breakout-v5, HalfCheetah-v4), any Gymnasium id (Discrete or Box actions), and the prefix adders "
+          "PrefixAdder-<N> (analytic costs) and "
           "PrefixAdderSynth-<N> (synthesis rewards)")
 
 

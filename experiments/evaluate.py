@@ -1,7 +1,9 @@
 """`podracer evaluate RUN_DIR`: the latest checkpoint's policy on fresh environments.
 
 Exactly `episodes` episodes run side by side until every one has ended once; the policy
-is greedy (argmax) unless `sample`. The same seed gives the same numbers. An Anakin run is
+is greedy (the argmax; for continuous actions the Gaussian's mean, clipped to the box)
+unless `sample`. A run with observation normalisation evaluates with the statistics its
+checkpoint holds (they are part of the parameters). The same seed gives the same numbers. An Anakin run is
 evaluated on its JAX environment (one vmapped environment per episode, in one jitted
 `lax.while_loop`), a Sebulba run on its host environment (EnvPool or Gymnasium, one per
 episode; with Atari's episodic life an episode is a whole game). `--video FILE` draws one
@@ -23,8 +25,9 @@ from podracer.agents import make_agent
 from podracer.checkpoint import Checkpointer, NoCheckpointError, checkpoint_dir
 from podracer.config import Config, ConfigError
 from podracer.envs import JaxEnv, UnknownEnvError, make_jax_env
+from podracer.envs.base import clip_action
 from podracer.envs.render import can_render
-from podracer.types import ActionSpec, Array, ObservationSpec, Params, PRNGKey, network_obs_spec, split_mask
+from podracer.types import ActionSpec, Array, BoxSpec, ObservationSpec, Params, PRNGKey, network_obs_spec, split_mask
 
 Policy = Callable[[Params, Any, PRNGKey], Array]  # (params, obs [B, ...], key) -> action [B]
 
@@ -70,7 +73,7 @@ def evaluate(
         "env_steps": loaded.env_steps,
         "agent_seed": agent_seed,
         "seed": seed,
-        "policy": "sample" if sample else "greedy",
+        "policy": "sample" if sample else ("mean" if isinstance(action_spec, BoxSpec) else "greedy"),
     }
     if video is not None:
         if env is not None:
@@ -213,7 +216,7 @@ def _record(env: JaxEnv, policy: Policy, params: Params, key: PRNGKey) -> tuple[
     def step(carry, key):
         inner, obs, ended = carry
         act_key, step_key = jax.random.split(key)
-        action = policy(params, jax.tree.map(lambda x: x[None], obs), act_key)[0]
+        action = clip_action(policy(params, jax.tree.map(lambda x: x[None], obs), act_key)[0], env.action_spec(env_params))
         next_inner, next_obs, _, terminated = env.step_env(step_key, inner, action, env_params)
         # Once the episode has ended, hold its last state.
         hold = lambda new, old: jnp.where(ended, old, new)  # noqa: E731

@@ -7,6 +7,7 @@ from typing import Any, Callable
 
 from anakin.config import AnakinConfig
 from experiments.overrides import override
+from experiments.presets_continuous import CONTINUOUS_PRESETS
 from experiments.presets_dqn import DQN_PRESETS
 from experiments.presets_impala import IMPALA_PRESETS
 from experiments.presets_sebulba import SEBULBA_PRESETS
@@ -40,6 +41,7 @@ PRESETS: dict[str, Callable[[], Config]] = {
     **IMPALA_PRESETS,
     **SEBULBA_PRESETS,
     **DQN_PRESETS,
+    **CONTINUOUS_PRESETS,
 }
 
 

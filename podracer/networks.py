@@ -54,6 +54,35 @@ class ActorCritic(nn.Module):
         return logits, value.squeeze(-1)
 
 
+class GaussianActorCritic(nn.Module):
+    """A diagonal Gaussian policy and a state value for a box of actions:
+    `obs [B, ...] -> ((mean [B, *shape], log_std [B, *shape]), value [B])`.
+
+    The log standard deviation is a learned vector, the same in every state (Schulman et
+    al. 2017's MuJoCo setting, CleanRL's `ppo_continuous_action`), returned broadcast to the
+    batch. Why state-independent: the exploration noise then moves only with the average
+    policy gradient, so it cannot collapse in the few states a batch visits most (a
+    state-dependent scale needs bounds or a softplus floor for that), and a run starts
+    from the same noise everywhere (`log_std_init`). Torsos as in `ActorCritic`.
+    """
+
+    action_shape: tuple[int, ...]
+    torso: nn.Module
+    critic_torso: nn.Module | None = None
+    log_std_init: float = 0.0
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> tuple[tuple[jax.Array, jax.Array], jax.Array]:
+        hidden_pi = self.torso(obs)
+        hidden_v = hidden_pi if self.critic_torso is None else self.critic_torso(obs)
+        size = int(np.prod(self.action_shape))
+        mean = nn.Dense(size, kernel_init=orthogonal(0.01), name="policy")(hidden_pi)
+        mean = mean.reshape(mean.shape[:-1] + tuple(self.action_shape))
+        log_std = self.param("log_std", nn.initializers.constant(self.log_std_init), tuple(self.action_shape))
+        value = nn.Dense(1, kernel_init=orthogonal(1.0), name="value")(hidden_v)
+        return (mean, jnp.broadcast_to(log_std, mean.shape)), value.squeeze(-1)
+
+
 def _scale_frames(x: jax.Array) -> jax.Array:
     """uint8 frames `[B, H, W, C]` to float32 in [0, 1], on the device."""
     return x.astype(jnp.float32) / 255.0

@@ -109,7 +109,8 @@ def _stack_steps(per_step: list[dict[str, Array]]) -> dict[str, Array]:
 
 def _allocate(length: int, obs: Any, action: np.ndarray) -> dict[str, Any]:
     """Fresh `[T, ...]` host buffers (never reused: the learner may still read the last ones).
-    Observations may be pytrees (`MaskedObs`): a buffer per leaf."""
+    Observations may be pytrees (`MaskedObs`): a buffer per leaf. Actions are `[B]`
+    (discrete) or `[B, *shape]` (continuous)."""
     batch = action.shape[:1]
     empty_like = lambda x: np.empty((length,) + np.shape(x), np.asarray(x).dtype)  # noqa: E731
     return {

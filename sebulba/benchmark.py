@@ -7,7 +7,8 @@
   it is on its devices but does not update: what the actors deliver.
 - `sps`: end-to-end training, after compilation.
 
-Each is measured after a warm-up (`WARMUP_S`, compilation included).
+Each is measured after a warm-up: until every thread has stepped (compilation included),
+then `WARMUP_S` more.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from sebulba.runner import (Setup, actor_seed, initial_learner_state, initial_st
 from sebulba.threads import ThreadGroup, get
 
 WARMUP_S = 1.0
+COMPILE_TIMEOUT_S = 600.0
 
 
 def bench(config: Config, seconds: float = 10.0, rounds: int = 3) -> dict[str, Any]:
@@ -66,9 +68,12 @@ def bench(config: Config, seconds: float = 10.0, rounds: int = 3) -> dict[str, A
 
 def _measure(group: ThreadGroup, counts: np.ndarray, seconds: float) -> tuple[float, float]:
     """`(env steps per second, process CPU microseconds per env step)` summed over
-    `counts`, between warm-up and warm-up + seconds. CPU time per step is what a loaded
-    machine (other processes on the same cores) distorts least."""
+    `counts`, between warm-up and warm-up + seconds. The warm-up lasts until every counter
+    has moved (the policy is compiled: on a loaded machine that can take longer than any
+    fixed warm-up), then `WARMUP_S` more. CPU time per step is what a loaded machine
+    (other processes on the same cores) distorts least."""
     try:
+        _wait_until_counting(group, counts)
         _sleep(group, WARMUP_S)
         before, start, cpu = counts.sum(), time.perf_counter(), time.process_time()
         _sleep(group, seconds)
@@ -78,6 +83,15 @@ def _measure(group: ThreadGroup, counts: np.ndarray, seconds: float) -> tuple[fl
     finally:
         group.join()
         group.raise_error()
+
+
+def _wait_until_counting(group: ThreadGroup, counts: np.ndarray, timeout_s: float = COMPILE_TIMEOUT_S) -> None:
+    """Wait until every counter is above zero; RuntimeError after `timeout_s`."""
+    end = time.monotonic() + timeout_s
+    while not np.all(counts > 0) and group.error is None:
+        if time.monotonic() > end:
+            raise RuntimeError(f"bench: no env steps within {timeout_s:.0f} s")
+        time.sleep(0.05)
 
 
 def _sleep(group: ThreadGroup, seconds: float) -> None:

@@ -34,7 +34,7 @@ from sebulba import SebulbaConfig
 from tests.contract_helpers import (anakin_vs_sebulba, learned_policy_ok, one_vs_four_devices, probe_batch,
                                     rejected_batch)
 
-SPACES = {"discrete": "ProbeActionReward", "masked": "ProbeMaskedAction", "box": "ProbeBoxAction"}
+SPACES = {"discrete": "ProbeActionReward", "masked": "ProbeMaskedAction", "box": "ProbeContinuousAction"}
 NAMES = list(algorithms())
 CASES = [(name, space) for name in NAMES for space in SPACES]
 ARCHS = ("anakin", "sebulba")

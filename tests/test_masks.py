@@ -149,7 +149,7 @@ def test_jax_env_on_the_host_keeps_masks_and_auto_resets():
 
 
 @pytest.mark.parametrize("backend, env_id", [("jax", "Pendulum-v1"), ("gymnasium", "Pendulum-v1"),
-                                             ("envpool", "HalfCheetah-v4"), ("jax", "ProbeBoxAction")])
+                                             ("envpool", "HalfCheetah-v4"), ("jax", "ProbeContinuousAction")])
 def test_continuous_action_spaces_report_a_box(backend, env_id):
     if backend == "jax":
         env = make_jax_env(env_id)
@@ -157,8 +157,8 @@ def test_continuous_action_spaces_report_a_box(backend, env_id):
     else:
         spec = host_env_specs(EnvConfig(env_id, backend=backend))[1]
     assert isinstance(spec, BoxSpec)
-    assert spec.shape == {"Pendulum-v1": (1,), "HalfCheetah-v4": (6,), "ProbeBoxAction": (1,)}[env_id]
-    high = {"Pendulum-v1": 2.0, "HalfCheetah-v4": 1.0, "ProbeBoxAction": 1.0}[env_id]
+    assert spec.shape == {"Pendulum-v1": (1,), "HalfCheetah-v4": (6,), "ProbeContinuousAction": (1,)}[env_id]
+    high = {"Pendulum-v1": 2.0, "HalfCheetah-v4": 1.0, "ProbeContinuousAction": 1.0}[env_id]
     np.testing.assert_array_equal(spec.low, -high * np.ones(spec.shape, np.float32))
     np.testing.assert_array_equal(spec.high, high * np.ones(spec.shape, np.float32))
 

@@ -10,9 +10,10 @@ import jax.numpy as jnp
 import optax
 
 from podracer import networks
-from podracer.ops import VTraceOutput, categorical_log_prob, masked_argmax, masked_logits, vtrace_td_error_and_advantage
-from podracer.types import (Array, DiscreteSpec, Observation, ObservationSpec, Params, PRNGKey, Trajectory,
-                            network_obs_spec, split_mask, zeros_like_spec)
+from podracer.agents.policies import Categorical, Policy
+from podracer.ops import VTraceOutput, masked_logits, vtrace_td_error_and_advantage
+from podracer.types import (ActionSpec, Array, BoxSpec, Observation, ObservationSpec, Params, PRNGKey,
+                            Trajectory, network_obs_spec, split_mask, zeros_like_spec)
 
 TORSOS = ("mlp", "nature_cnn", "impala_cnn")
 ACTIVATIONS = ("tanh", "relu", "gelu")
@@ -24,13 +25,19 @@ def make_actor_critic(
     activation: str,
     shared_torso: bool,
     obs_spec: ObservationSpec,
-    action_spec: DiscreteSpec,
+    action_spec: ActionSpec,
+    log_std_init: float = 0.0,
 ) -> nn.Module:
-    """The actor-critic network an agent config asks for (it sees the `obs` of a `MaskedObs`)."""
+    """The actor-critic network an agent config asks for (it sees the `obs` of a `MaskedObs`):
+    logits for a `DiscreteSpec`, a Gaussian (`networks.GaussianActorCritic`, `log_std_init`)
+    for a `BoxSpec`."""
     def body():
         return make_torso(torso, hidden_sizes, activation, obs_spec)
 
-    return networks.ActorCritic(action_spec.num_actions, body(), None if shared_torso else body())
+    critic = None if shared_torso else body()
+    if isinstance(action_spec, BoxSpec):
+        return networks.GaussianActorCritic(tuple(action_spec.shape), body(), critic, log_std_init)
+    return networks.ActorCritic(action_spec.num_actions, body(), critic)
 
 
 def make_torso(torso: str, hidden_sizes: tuple[int, ...], activation: str, obs_spec: ObservationSpec) -> nn.Module:
@@ -59,35 +66,42 @@ def make_init(network: nn.Module, optimizer: optax.GradientTransformation, obs_s
     return init
 
 
-def policy_and_value(network: nn.Module, params: Params, obs: Observation) -> tuple[Array, Array]:
-    """An actor-critic over a flat batch: `obs [N, ...] -> (logits [N, A], value [N])`, the
-    logits of illegal actions `-inf` when the observations carry masks (`MaskedObs`)."""
+def policy_and_value(network: nn.Module, params: Params, obs: Observation) -> tuple[Any, Array]:
+    """An actor-critic over a flat batch: `obs [N, ...] -> (out, value [N])`, the policy
+    output `out` being logits `[N, A]` (illegal actions' `-inf` when the observations carry
+    masks, `MaskedObs`) or a Gaussian's `(mean, log_std)`."""
     inputs, legal = split_mask(obs)
-    logits, value = network.apply(params, inputs)
-    return masked_logits(logits, legal), value
+    out, value = network.apply(params, inputs)
+    return (out if legal is None else masked_logits(out, legal)), value
 
 
-def make_sampling_act(network: nn.Module) -> Callable[[Params, Observation, PRNGKey], tuple[Array, dict]]:
-    """`act(params, obs [B, ...], key) -> (action int32 [B], {"log_prob", "value"})`,
-    sampling from the categorical policy over the legal actions; `log_prob` is the
-    behaviour policy's, for the loss."""
+CATEGORICAL = Categorical()
+
+
+def make_sampling_act(
+    network: nn.Module, policy: Policy = CATEGORICAL
+) -> Callable[[Params, Observation, PRNGKey], tuple[Array, dict]]:
+    """`act(params, obs [B, ...], key) -> (action [B, ...], {"log_prob", "value", ...})`,
+    sampling from the policy (a categorical over the legal actions only); `log_prob` is the
+    behaviour policy's, for the loss (a Gaussian adds its unclipped sample, see
+    `podracer.agents.policies`)."""
 
     def act(params: Params, obs: Observation, key: PRNGKey) -> tuple[Array, dict[str, Array]]:
-        logits, value = policy_and_value(network, params, obs)
-        action = jax.random.categorical(key, logits).astype(jnp.int32)
-        return action, {"log_prob": categorical_log_prob(logits, action), "value": value}
+        out, value = policy_and_value(network, params, obs)
+        action, extras = policy.sample(key, out)
+        return action, {**extras, "value": value}
 
     return act
 
 
-def make_greedy_act(network: nn.Module) -> Callable[[Params, Observation], Array]:
-    """`greedy_act(params, obs [B, ...]) -> action int32 [B]`: the argmax of the policy
-    logits among the legal actions."""
+def make_greedy_act(network: nn.Module, policy: Policy = CATEGORICAL) -> Callable[[Params, Observation], Array]:
+    """`greedy_act(params, obs [B, ...]) -> action [B, ...]`: the policy's most likely
+    action (the argmax of the logits among the legal actions; a Gaussian's mean, clipped to
+    the box)."""
 
     def greedy_act(params: Params, obs: Observation) -> Array:
-        inputs, legal = split_mask(obs)
-        logits, _ = network.apply(params, inputs)
-        return masked_argmax(logits, legal).astype(jnp.int32)
+        out, _ = policy_and_value(network, params, obs)
+        return policy.mode(out)
 
     return greedy_act
 
@@ -116,12 +130,13 @@ def shuffled_minibatches(key: PRNGKey, batch: Any, num_minibatches: int) -> Any:
     )
 
 
-def apply_time_major(network: nn.Module, params: Params, obs: Observation) -> tuple[Array, Array]:
-    """The network over a time-major batch: `obs [T, B, ...] -> (logits [T, B, A], value [T, B])`,
-    illegal actions' logits `-inf` for masked observations (see `policy_and_value`)."""
+def apply_time_major(network: nn.Module, params: Params, obs: Observation) -> tuple[Any, Array]:
+    """The network over a time-major batch: `obs [T, B, ...] -> (out, value [T, B])`, the
+    policy output `out` with `[T, B]` leading every leaf (logits `[T, B, A]`, illegal
+    actions' `-inf` for masked observations, see `policy_and_value`)."""
     T, B = jax.tree.leaves(obs)[0].shape[:2]
-    logits, value = policy_and_value(network, params, flatten_time_batch(obs))
-    return logits.reshape((T, B) + logits.shape[1:]), value.reshape((T, B))
+    out, value = policy_and_value(network, params, flatten_time_batch(obs))
+    return jax.tree.map(lambda x: x.reshape((T, B) + x.shape[1:]), out), value.reshape((T, B))
 
 
 def vtrace_on_trajectory(

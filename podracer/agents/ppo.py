@@ -2,12 +2,17 @@
 
 Written once, run by both architectures: `update` sees a time-major trajectory on one
 device and averages gradients and batch statistics over `axis_name` when it runs
-under `shard_map`.
+under `shard_map`. The action spec picks the policy: categorical logits for a
+`DiscreteSpec`, a diagonal Gaussian with a state-independent log-std for a `BoxSpec`
+(actions clipped to the box; the loss takes the unclipped sample's log-probability, see
+`podracer.agents.policies`). Observation normalisation and reward scaling are options
+(`podracer.agents.normalization`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Literal
 
 import jax
@@ -16,11 +21,13 @@ import optax
 
 from podracer import parallel
 from podracer.agents import common
+from podracer.agents.normalization import with_normalization
+from podracer.agents.policies import Policy, policy_for
 from podracer.agents.registry import Algorithm
 from podracer.config import check
-from podracer.ops import clipped_surrogate_loss, entropy_loss, categorical_log_prob, gae_advantages
-from podracer.types import (AgentState, Agent, BatchShape, DiscreteSpec, ObservationSpec, PRNGKey, Trajectory,
-                            split_mask)
+from podracer.ops import clipped_surrogate_loss, gae_advantages
+from podracer.types import (ActionSpec, Agent, AgentState, BatchShape, BoxSpec, DiscreteSpec, ObservationSpec, PRNGKey,
+                            Trajectory, split_mask)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +59,11 @@ class PPOConfig:
     activation: Literal["tanh", "relu", "gelu"] = "tanh"
     shared_torso: bool = False
     unroll_sgd: bool = False  # unroll epochs and minibatches (faster CNN updates on CPU)
+    log_std_init: float = 0.0  # continuous actions: initial log-std of the Gaussian policy (state-independent)
+    normalize_observations: bool = False  # running mean/variance normalisation of observations (agent state)
+    obs_clip: float = 10.0  # normalised observations are clipped to +-obs_clip
+    scale_rewards: bool = False  # rewards divided by the running std of the discounted return (agent state)
+    reward_clip: float = 10.0  # scaled rewards are clipped to +-reward_clip
 
     def __post_init__(self) -> None:
         check(self.learning_rate > 0, "agent.learning_rate", "must be > 0", self.learning_rate)
@@ -75,6 +87,9 @@ class PPOConfig:
               "agent.hidden_sizes", "must be positive sizes", self.hidden_sizes)
         check(self.activation in common.ACTIVATIONS, "agent.activation", f"must be one of {common.ACTIVATIONS}",
               self.activation)
+        check(math.isfinite(self.log_std_init), "agent.log_std_init", "must be finite", self.log_std_init)
+        check(self.obs_clip > 0, "agent.obs_clip", "must be > 0", self.obs_clip)
+        check(self.reward_clip > 0, "agent.reward_clip", "must be > 0", self.reward_clip)
 
     def check_batch(self, batch: BatchShape) -> None:
         """Raise ConfigError unless one device's batch of `T * B` transitions splits into
@@ -86,20 +101,21 @@ class PPOConfig:
 def make_ppo(
     config: PPOConfig,
     obs_spec: ObservationSpec,
-    action_spec: DiscreteSpec,
+    action_spec: ActionSpec,
     *,
     num_updates: int,
     axis_name: parallel.AxisName = None,
 ) -> Agent:
-    """Build the PPO `Agent`.
+    """Build the PPO `Agent` for discrete (`DiscreteSpec`) or continuous (`BoxSpec`) actions.
 
     num_updates: how many times `update` will be called in the run (for lr annealing).
     axis_name:   mesh axis (or axes) to average gradients and statistics over; None on one
                  device.
     """
+    policy = policy_for(action_spec)
     network = common.make_actor_critic(
         config.torso, config.hidden_sizes, config.activation, config.shared_torso,
-        obs_spec, action_spec,
+        obs_spec, action_spec, config.log_std_init,
     )
     steps_per_update = config.num_epochs * config.num_minibatches
     if config.anneal_lr:
@@ -115,8 +131,8 @@ def make_ppo(
 
     def loss_fn(params, minibatch):
         obs, action, behaviour_log_prob, old_value, advantage, target = minibatch
-        logits, value = common.policy_and_value(network, params, obs)
-        log_ratio = categorical_log_prob(logits, action) - behaviour_log_prob
+        out, value = common.policy_and_value(network, params, obs)
+        log_ratio = policy.log_prob(out, action) - behaviour_log_prob
         if config.normalize_advantages:
             advantage = _normalize(advantage, axis_name)
         pg_loss = clipped_surrogate_loss(log_ratio, advantage, config.clip_eps)
@@ -125,14 +141,14 @@ def make_ppo(
             clipped = old_value + jnp.clip(value - old_value, -config.clip_eps, config.clip_eps)
             value_loss = jnp.maximum(value_loss, jnp.square(clipped - target))
         value_loss = 0.5 * jnp.mean(value_loss)
-        neg_entropy = entropy_loss(logits)
-        loss = pg_loss + config.value_coef * value_loss + config.entropy_coef * neg_entropy
+        entropy = policy.entropy(out)
+        loss = pg_loss + config.value_coef * value_loss - config.entropy_coef * entropy
         ratio = jnp.exp(log_ratio)
         metrics = {
             "loss": loss,
             "pg_loss": pg_loss,
             "value_loss": value_loss,
-            "entropy": -neg_entropy,
+            "entropy": entropy,
             "approx_kl": jnp.mean((ratio - 1.0) - log_ratio),
             "clip_fraction": jnp.mean(jnp.abs(ratio - 1.0) > config.clip_eps),
         }
@@ -147,20 +163,26 @@ def make_ppo(
 
     def update(state: AgentState, traj: Trajectory, key: PRNGKey):
         if config.advantage == "vtrace":
-            traj, advantage, target = vtrace_advantages_and_targets(network, config, state.params, traj)
+            traj, advantage, target = vtrace_advantages_and_targets(network, policy, config, state.params, traj)
             extra_metrics = {}
         else:
             traj, advantage, target, recomputed = gae_advantages_and_targets(network, config, state.params, traj)
             extra_metrics = {"values_recomputed": recomputed.astype(jnp.float32)}
+        action = policy.policy_action(traj.action, traj.extras)
         batch = common.flatten_time_batch(
-            (traj.obs, traj.action, traj.extras["log_prob"], traj.extras["value"], advantage, target)
+            (traj.obs, action, traj.extras["log_prob"], traj.extras["value"], advantage, target)
         )
         params, opt_state, metrics = sgd_epochs(state.params, state.opt_state, batch, key)
         metrics = parallel.pmean({**metrics, **extra_metrics}, axis_name)
         return AgentState(params, opt_state, state.update_count + 1), metrics
 
-    return Agent(init=init, act=common.make_sampling_act(network), update=update,
-                 greedy_act=common.make_greedy_act(network))
+    agent = Agent(init=init, act=common.make_sampling_act(network, policy), update=update,
+                  greedy_act=common.make_greedy_act(network, policy))
+    return with_normalization(
+        agent, obs_spec, normalize_observations=config.normalize_observations, obs_clip=config.obs_clip,
+        scale_rewards=config.scale_rewards, reward_clip=config.reward_clip, gamma=config.gamma,
+        axis_name=axis_name,
+    )
 
 
 def gae_advantages_and_targets(network, config: PPOConfig, params, traj: Trajectory):
@@ -216,7 +238,7 @@ def gae_values(network, params, traj: Trajectory) -> tuple[jax.Array, jax.Array,
     return value, next_value, stale
 
 
-def vtrace_advantages_and_targets(network, config: PPOConfig, params, traj: Trajectory):
+def vtrace_advantages_and_targets(network, policy: Policy, config: PPOConfig, params, traj: Trajectory):
     """PPO for lagging actors: V-trace corrects from the behaviour policy `mu` to the policy
     `pi_k` at the start of this update, and the clipped surrogate keeps `pi` near `pi_k`.
 
@@ -228,8 +250,9 @@ def vtrace_advantages_and_targets(network, config: PPOConfig, params, traj: Traj
     as under Anakin) it is PPO with V-trace(lambda) = TD(lambda) returns.
     """
     T = traj.reward.shape[0]
-    logits, values = common.apply_time_major(network, params, common.concat_time(traj.obs, traj.next_obs))
-    log_prob = categorical_log_prob(logits[:T], traj.action)
+    out, values = common.apply_time_major(network, params, common.concat_time(traj.obs, traj.next_obs))
+    out = jax.tree.map(lambda x: x[:T], out)
+    log_prob = policy.log_prob(out, policy.policy_action(traj.action, traj.extras))
     vtrace = common.vtrace_on_trajectory(
         traj, values[:T], values[T:], log_prob, config.gamma, config.vtrace_lambda,
         config.clip_rho_threshold, config.clip_pg_rho_threshold,
@@ -252,7 +275,7 @@ def _probe_config() -> PPOConfig:
 
 ALGORITHM = Algorithm(
     name="ppo", config=PPOConfig, make=make_ppo, check_batch=PPOConfig.check_batch,
-    action_spaces=(DiscreteSpec,), masks=True, probe_config=_probe_config, probe_steps=20_000,
+    action_spaces=(DiscreteSpec, BoxSpec), masks=True, probe_config=_probe_config, probe_steps=20_000,
     # One minibatch: the update of a global batch is then the same however it is split.
     exact_config=lambda config, batch: dataclasses.replace(config, num_minibatches=1),
 )

@@ -6,6 +6,7 @@ import difflib
 from typing import Callable
 
 from podracer.envs.base import EnvState, JaxEnv
+from podracer.envs.brax_env import BRAX_IDS
 from podracer.envs.catch import Catch
 from podracer.envs.gymnax_env import GYMNAX_IDS, GymnaxEnv, make_gymnax_env
 from podracer.envs.probes import PROBES
@@ -29,9 +30,10 @@ def _prefix_ids() -> list[str]:
 
 
 def jax_env_ids() -> list[str]:
-    """Known ids; prefix adders also take any width and a fixed area weight,
+    """Known ids: built-ins, gymnax ids, Brax ids (`brax/<name>`, with the `brax` extra) and
+    user ids; prefix adders also take any width and a fixed area weight,
     `PrefixAdder-<bits>[-w<weight>]` (e.g. `PrefixAdder-24-w0.5`)."""
-    return sorted(_BUILTIN) + _prefix_ids() + list(GYMNAX_IDS) + sorted(_USER)
+    return sorted(_BUILTIN) + _prefix_ids() + list(GYMNAX_IDS) + list(BRAX_IDS) + sorted(_USER)
 
 
 def register_jax_env(env_id: str, factory: Callable[[], JaxEnv], overwrite: bool = False) -> None:
@@ -40,7 +42,7 @@ def register_jax_env(env_id: str, factory: Callable[[], JaxEnv], overwrite: bool
     For user environments in this process (a notebook, a script); a built-in id cannot be
     replaced, and a user id only with `overwrite=True`.
     """
-    if env_id in _BUILTIN or env_id in GYMNAX_IDS or env_id.startswith("PrefixAdder-"):
+    if env_id in _BUILTIN or env_id in GYMNAX_IDS or env_id in BRAX_IDS or env_id.startswith("PrefixAdder-"):
         raise ValueError(f"{env_id!r} is a built-in environment id; choose another name")
     if env_id in _USER and not overwrite:
         raise ValueError(f"{env_id!r} is already registered; pass overwrite=True to replace it")
@@ -54,8 +56,9 @@ def unknown_env_error(env_id: str, known: list[str], kind: str) -> UnknownEnvErr
 
 
 def make_jax_env(env_id: str) -> JaxEnv:
-    """Build a JAX environment by id: built-ins (`Catch`, `PrefixAdder-16`) or gymnax ids
-    (`CartPole-v1`)."""
+    """Build a JAX environment by id: built-ins (`Catch`, `PrefixAdder-16`), gymnax ids
+    (`CartPole-v1`) or Brax ids (`brax/ant`; UnknownEnvError naming the extra when Brax is
+    not installed)."""
     if env_id in _BUILTIN:
         return _BUILTIN[env_id]()
     if env_id in _USER:
@@ -71,4 +74,11 @@ def make_jax_env(env_id: str) -> JaxEnv:
             raise UnknownEnvError(str(error)) from None
         if env is not None:
             return env
+    if env_id in BRAX_IDS:
+        from podracer.envs.brax_env import make_brax_env
+
+        try:
+            return make_brax_env(env_id)
+        except ImportError as error:
+            raise UnknownEnvError(str(error)) from None
     raise unknown_env_error(env_id, jax_env_ids(), "JAX")

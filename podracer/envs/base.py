@@ -5,6 +5,8 @@ termination) and inherits `reset`/`step`, which add what every learner relies on
 is easy to get wrong when each environment does it by itself:
 
 - auto-reset, with the final observation of the episode that ended kept in the TimeStep;
+- continuous actions (a `BoxSpec`) clipped to the box before `step_env` sees them (what
+  Gymnasium's `ClipAction` does): a Gaussian policy's sample may lie outside it;
 - truncation by a time limit computed from elapsed steps, never mixed with termination;
 - running episode return and length for logging.
 """
@@ -17,7 +19,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from podracer.types import ActionSpec, Array, ObservationSpec, PRNGKey, TimeStep
+from podracer.types import ActionSpec, Array, BoxSpec, ObservationSpec, PRNGKey, TimeStep
 
 
 @struct.dataclass
@@ -64,7 +66,7 @@ class JaxEnv:
         raise NotImplementedError
 
     def action_spec(self, params: Any) -> ActionSpec:
-        """`DiscreteSpec(num_actions)` or, for continuous actions, `BoxSpec(shape, low, high)`."""
+        """A `DiscreteSpec`, or a `BoxSpec` for continuous actions (static: not traced)."""
         raise NotImplementedError
 
     # --- provided ---------------------------------------------------------------------
@@ -79,6 +81,7 @@ class JaxEnv:
         """Step, then reset if the episode ended. Not batched: `vmap` it."""
         params = self.default_params if params is None else params
         step_key, reset_key = jax.random.split(key)
+        action = clip_action(action, self.action_spec(params))
         inner, obs, reward, terminated = self.step_env(step_key, state.inner, action, params)
         reward = jnp.asarray(reward, jnp.float32)
         terminated = jnp.asarray(terminated, jnp.bool_)
@@ -105,3 +108,11 @@ class JaxEnv:
             episode_length=time,
         )
         return next_state, timestep
+
+
+def clip_action(action: Array, spec: ActionSpec) -> Array:
+    """A continuous action clipped to its box (elementwise); a discrete one unchanged."""
+    if not isinstance(spec, BoxSpec):
+        return action
+    action = jnp.asarray(action, jnp.float32)
+    return jnp.clip(action, jnp.asarray(spec.low, jnp.float32), jnp.asarray(spec.high, jnp.float32))

@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 
 from podracer.config import EnvConfig
-from podracer.envs.host import EpisodeCounters, HostStep, action_spec_of
-from podracer.types import ActionSpec, ObsSpec, TimeStep
+from podracer.envs.host import EpisodeCounters, HostStep, env_action, specs_of_spaces
+from podracer.types import ActionSpec, BoxSpec, ObsSpec, TimeStep
 
 
 @functools.cache
@@ -73,10 +73,11 @@ def _spec(env_config: EnvConfig) -> Any:
 
 
 def _specs_of(spec: Any, env_id: str) -> tuple[ObsSpec, ActionSpec]:
-    shape = tuple(spec.observation_space.shape)
+    obs_spec, action_spec = specs_of_spaces(spec.observation_space, spec.action_space, env_id)
     if _is_atari(spec):  # [stack, H, W] -> [H, W, stack]
-        shape = shape[1:] + shape[:1]
-    return ObsSpec(shape, np.dtype(spec.observation_space.dtype)), action_spec_of(spec.action_space, env_id)
+        shape = obs_spec.shape
+        obs_spec = obs_spec._replace(shape=shape[1:] + shape[:1])
+    return obs_spec, action_spec
 
 
 def envpool_specs(env_config: EnvConfig) -> tuple[ObsSpec, ActionSpec]:
@@ -99,6 +100,7 @@ class EnvPoolEnv:
             num_threads=num_threads, seed=seed, **envpool_options(env_config, spec),
         )
         self._ids = np.arange(num_envs, dtype=np.int32)
+        self._action_dtype = np.dtype(spec.action_space.dtype)
         self._counters = EpisodeCounters(num_envs, int(spec.config.max_episode_steps))
         self._obs_dtype = self.observation_spec.dtype
 
@@ -108,7 +110,7 @@ class EnvPoolEnv:
         return self._observation(obs, info["env_id"])
 
     def send(self, action: np.ndarray) -> None:
-        self._pool.send(np.asarray(action, np.int32), self._ids)
+        self._pool.send(env_action(action, self.action_spec, self._action_dtype), self._ids)
 
     def recv(self) -> HostStep:
         obs, reward, terminated, pool_truncated, info = self._pool.recv()
@@ -147,7 +149,7 @@ class EnvPoolEnv:
         auto = pool_done[done]
         if auto.any():
             ids = np.flatnonzero(done & pool_done).astype(np.int32)
-            self._pool.send(np.zeros(len(ids), np.int32), ids)
+            self._pool.send(self._dummy_action(len(ids)), ids)
             reset_obs, *_, info = self._pool.recv()
             obs[auto] = self._observation(reset_obs, info["env_id"])
         if not auto.all():
@@ -155,6 +157,12 @@ class EnvPoolEnv:
             reset_obs, info = self._pool.reset(ids)
             obs[~auto] = self._observation(reset_obs, info["env_id"])
         return obs
+
+    def _dummy_action(self, n: int) -> np.ndarray:
+        """An action for `n` environments that EnvPool will ignore (it resets them)."""
+        if isinstance(self.action_spec, BoxSpec):
+            return np.zeros((n,) + self.action_spec.shape, self._action_dtype)
+        return np.zeros(n, np.int32)
 
     def _observation(self, obs: np.ndarray, env_id: np.ndarray) -> np.ndarray:
         """Sort by env id; Atari frames `[B, stack, H, W] -> [B, H, W, stack]`."""

@@ -1,4 +1,4 @@
-"""Any Gymnasium environment as a podracer `HostEnv` (fallback); discrete or box actions.
+"""Any Gymnasium environment (Discrete or Box actions) as a podracer `HostEnv` (fallback).
 
 A `gymnasium.vector.SyncVectorEnv` in same-step auto-reset mode: when an episode ends,
 the step already returns the next episode's first observation and the last one is in
@@ -14,12 +14,12 @@ import functools
 import numpy as np
 
 from podracer.config import EnvConfig
-from podracer.envs.host import EpisodeCounters, HostStep, action_spec_of
+from podracer.envs.host import EpisodeCounters, HostStep, env_action, specs_of_spaces
 from podracer.types import ActionSpec, ObsSpec, TimeStep
 
 
-@functools.cache
 def gymnasium_ids() -> tuple[str, ...]:
+    """Every registered Gymnasium id, read live: ids registered at run time count too."""
     import gymnasium
 
     return tuple(gymnasium.registry)
@@ -40,7 +40,7 @@ def gymnasium_specs(env_config: EnvConfig) -> tuple[ObsSpec, ActionSpec]:
 
 
 def _specs_of(obs_space, action_space, env_id: str) -> tuple[ObsSpec, ActionSpec]:
-    return ObsSpec(tuple(obs_space.shape), np.dtype(obs_space.dtype)), action_spec_of(action_space, env_id)
+    return specs_of_spaces(obs_space, action_space, env_id)
 
 
 class GymnasiumEnv:
@@ -58,6 +58,8 @@ class GymnasiumEnv:
         self.observation_spec, self.action_spec = _specs_of(
             self._envs.single_observation_space, self._envs.single_action_space, env_config.id
         )
+        space_dtype = getattr(self._envs.single_action_space, "dtype", None)
+        self._action_dtype = np.dtype(np.float32 if space_dtype is None else space_dtype)
         spec = self._envs.envs[0].spec
         self._max_steps = env_config.max_episode_steps or (spec.max_episode_steps if spec else None)
         self._counters = EpisodeCounters(num_envs, self._max_steps)
@@ -69,7 +71,7 @@ class GymnasiumEnv:
         return self._cast(obs)
 
     def send(self, action: np.ndarray) -> None:
-        self._action = np.asarray(action)
+        self._action = env_action(action, self.action_spec, self._action_dtype)
 
     def recv(self) -> HostStep:
         if self._action is None:

@@ -15,6 +15,8 @@ GYMNAX_IDS = (
     "CartPole-v1",
     "Acrobot-v1",
     "MountainCar-v0",
+    "Pendulum-v1",
+    "MountainCarContinuous-v0",
     "Asterix-MinAtar",
     "Breakout-MinAtar",
     "Freeway-MinAtar",
@@ -68,10 +70,11 @@ class GymnaxEnv(JaxEnv):
         return ObsSpec(tuple(space.shape), jnp.dtype(space.dtype))
 
     def action_spec(self, params: Any) -> ActionSpec:
-        import gymnax
+        # The spec is static: the bounds come from the adapter's own (concrete) parameters.
+        from gymnax.environments import spaces
 
-        space = self._env.action_space(params)
-        if isinstance(space, gymnax.environments.spaces.Box):
+        space = self._env.action_space(self._params)
+        if isinstance(space, spaces.Box):
             return box_spec(space.shape, space.low, space.high)
         return DiscreteSpec(int(self._env.num_actions))
 

@@ -10,6 +10,10 @@ Truncation is computed here, from the number of steps taken since the last reset
 (`EpisodeCounters`), never read from the backend's own flag (EnvPool's is wrong with
 episodic life, sail-sg/envpool#239).
 
+Continuous actions (a Gymnasium `Box`) are reported as a `BoxSpec`, and `send` clips them
+to the box (Gymnasium's `ClipAction`; EnvPool's MuJoCo tasks would otherwise charge their
+control cost on the unclipped action). Float observations arrive as float32.
+
 With Atari's episodic life a lost life *terminates* the learner's episode but not the
 game: `TimeStep.episode_return/episode_length` then count the whole game, and
 `HostStep.episode_end` marks the steps where a game (what gets logged) finished.
@@ -22,7 +26,7 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 
 from podracer.config import EnvConfig
-from podracer.types import ActionSpec, DiscreteSpec, ObservationSpec, TimeStep, box_spec
+from podracer.types import ActionSpec, BoxSpec, DiscreteSpec, ObservationSpec, ObsSpec, TimeStep, box_spec
 
 
 class HostStep(NamedTuple):
@@ -51,13 +55,34 @@ class HostEnv(Protocol):
         """Reset every environment: observations `[B, ...]`."""
 
     def send(self, action: np.ndarray) -> None:
-        """Start stepping every environment with `action [B]` (`[B, *shape]` for a box); returns at once."""
+        """Start stepping every environment with `action [B]` (`[B, *shape]`, clipped to
+        the box, for continuous actions); returns at once."""
 
     def recv(self) -> HostStep:
         """Wait for the step started by `send`."""
 
     def close(self) -> None:
         """Release the environments (threads, processes)."""
+
+
+def specs_of_spaces(obs_space, action_space, env_id: str) -> tuple[ObsSpec, ActionSpec]:
+    """Specs of Gymnasium spaces: `Discrete` -> `DiscreteSpec`, `Box` -> `BoxSpec` (float32
+    bounds); float observations are float32 (the JAX default), others keep their dtype."""
+    dtype = np.dtype(obs_space.dtype)
+    obs_spec = ObsSpec(tuple(obs_space.shape), np.dtype(np.float32) if dtype.kind == "f" else dtype)
+    if hasattr(action_space, "n"):
+        return obs_spec, DiscreteSpec(int(action_space.n))
+    if hasattr(action_space, "low") and hasattr(action_space, "high") and len(action_space.shape) >= 1:
+        return obs_spec, box_spec(action_space.shape, action_space.low, action_space.high)
+    raise ValueError(f"{env_id} has action space {action_space}; podracer agents need Discrete or Box actions")
+
+
+def env_action(action: np.ndarray, spec: ActionSpec, dtype: np.dtype | type = np.float32) -> np.ndarray:
+    """An action batch as the backend takes it: int32 for discrete actions; for a box,
+    `dtype` and clipped to the bounds."""
+    if isinstance(spec, BoxSpec):
+        return np.clip(np.asarray(action, dtype), spec.low, spec.high).astype(dtype, copy=False)
+    return np.asarray(action, np.int32)
 
 
 class EpisodeCounters:
@@ -140,17 +165,6 @@ def host_backend(env_config: EnvConfig) -> str:
     known = {"envpool": envpool_env.envpool_ids, "gymnasium": gymnasium_env.gymnasium_ids, "jax": jax_env_ids}
     ids = host_env_ids() if backend == "auto" else sorted(known[backend]())
     raise unknown_env_error(env_config.id, ids, "host" if backend == "auto" else backend)
-
-
-def action_spec_of(space: Any, env_id: str) -> ActionSpec:
-    """The action spec of a Gymnasium action space: `Discrete` or a bounded `Box`."""
-    import gymnasium
-
-    if isinstance(space, gymnasium.spaces.Discrete):
-        return DiscreteSpec(int(space.n))
-    if isinstance(space, gymnasium.spaces.Box):
-        return box_spec(space.shape, space.low, space.high)
-    raise ValueError(f"{env_id} has action space {space}; podracer supports Discrete and Box action spaces")
 
 
 def host_env_specs(env_config: EnvConfig) -> tuple[ObservationSpec, ActionSpec]:

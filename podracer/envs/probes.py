@@ -143,20 +143,24 @@ class MaskedActionProbe(ObsRewardProbe):
         return MaskedObs(obs, self.legal(obs))
 
 
-class BoxActionProbe(ObsRewardProbe):
-    """Continuous actions: one step, observation +-1, action in the box `[-1, 1]`, reward
-    `-(a - obs / 2)^2` for the action clipped to the box: the mean action must learn
-    `obs / 2` (return 0; a uniform random policy gets about -0.58)."""
+class ContinuousActionProbe(_Probe):
+    """One step, observation `2 + s` with `s = +-1` (an offset that observation
+    normalisation removes), a continuous action in `[-1, 1]`; reward `-(action - s / 2)^2`:
+    the policy's mean must learn `s / 2`, inside the box, and its spread must shrink. The
+    action arrives clipped to the box (`JaxEnv.step`)."""
 
-    name = "ProbeBoxAction"
+    name = "ProbeContinuousAction"
 
     def action_spec(self, params: Any) -> BoxSpec:
         return box_spec((1,), -1.0, 1.0)
 
+    def _first_obs(self, key):
+        return (2.0 + jnp.where(jax.random.bernoulli(key), 1.0, -1.0))[None].astype(jnp.float32)
+
     def step_env(self, key, state, action, params):
-        a = jnp.clip(jnp.asarray(action, jnp.float32).reshape(-1)[0], -1.0, 1.0)
-        return state, state.obs, -jnp.square(a - 0.5 * state.obs[0]), jnp.bool_(True)
+        reward = -jnp.square(action[0] - 0.5 * (state.obs[0] - 2.0))
+        return state, state.obs, reward, jnp.bool_(True)
 
 
 PROBES = {p.name: p for p in (ConstantRewardProbe, ObsRewardProbe, ActionRewardProbe, DiscountingProbe,
-                              TimeLimitProbe, MaskedActionProbe, BoxActionProbe)}
+                              TimeLimitProbe, MaskedActionProbe, ContinuousActionProbe)}

@@ -46,3 +46,23 @@ def gae_advantages(
         backward, jnp.zeros_like(delta[0]), (delta, gamma_lambda), reverse=True
     )
     return advantages, advantages + v_tm1
+
+
+def discounted_returns(r_t: Array, end_t: Array, gamma: float | Array) -> Array:
+    """Running discounted return forward in time, `G_t = r_t + gamma * G_{t-1}`, restarting
+    after each episode end (`end_t`: the episode ended with step t) and at `t = 0`.
+
+    The quantity whose scale reward scaling divides by (the `NormalizeReward` wrapper of
+    Gymnasium / CleanRL's `ppo_continuous_action`). `r_t`, `end_t`: `[T]`; returns `[T]`.
+    """
+    chex.assert_rank([r_t, end_t], 1)
+    keep = jnp.concatenate([jnp.zeros((1,), r_t.dtype), 1.0 - end_t[:-1].astype(r_t.dtype)])
+
+    def forward(g, inputs):
+        r, k = inputs
+        g = r + gamma * k * g
+        return g, g
+
+    # The initial carry varies over a mesh axis wherever either input does (a constant
+    # reward may be device-invariant inside `shard_map` while the episode ends are not).
+    return jax.lax.scan(forward, jnp.zeros_like(r_t[0] * keep[0]), (r_t, keep))[1]
