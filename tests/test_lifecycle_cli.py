@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from typing import NamedTuple
 
 import jax
 import numpy as np
@@ -101,14 +102,18 @@ def trained_run(tmp_path_factory):
     return run_dir
 
 
-def catch_greedy_returns(run_dir) -> list[float]:
-    """The return of agent 0's greedy policy from each starting column of the ball, on a
-    NumPy Catch (10 x 5, the paddle starts in column 2, the ball falls 9 rows)."""
+def catch_agent(run_dir):
+    """The agent of a Catch run directory (to build or read its parameters)."""
     config = train_lib.load_run_config(str(run_dir))
     env = make_jax_env(config.env.id)
-    agent = make_agent(config.agent, env.observation_spec(None), env.action_spec(None), num_updates=1, axis_name=None)
-    params = jax.tree.map(lambda x: x[0], final_agent(run_dir).params)
-    greedy = jax.jit(agent.greedy_act)
+    return make_agent(config.agent, env.observation_spec(None), env.action_spec(None), num_updates=1, axis_name=None)
+
+
+def catch_greedy_returns(run_dir, params=None) -> list[float]:
+    """The return of agent 0's greedy policy (or of `params`) from each starting column of
+    the ball, on a NumPy Catch (10 x 5, the paddle starts in column 2, the ball falls 9 rows)."""
+    params = jax.tree.map(lambda x: x[0], final_agent(run_dir).params) if params is None else params
+    greedy = jax.jit(catch_agent(run_dir).greedy_act)
     returns = []
     for column in range(5):
         ball_y, paddle = 0, 2
@@ -147,6 +152,44 @@ def test_evaluate_json_is_reproducible_and_counts_episodes(trained_run, capsys, 
 
     gif = Image.open(tmp_path / "catch.gif")
     assert gif.n_frames == 10 and gif.size == (5 * 24, 10 * 24)  # reset + 9 steps of a 10-row board
+
+
+def perfect_catch_params(agent):
+    """Parameters of the Catch MLP actor-critic (tanh, separate torsos) whose policy follows
+    the ball: one hidden unit computes `tanh(0.1 (ball column - paddle column))`, the next
+    passes it on, and the policy moves towards the ball, staying when above it."""
+    params = jax.tree.map(lambda x: np.zeros(x.shape, x.dtype), jax.eval_shape(agent.init, jax.random.key(0)).params)
+    layers, columns = params["params"], np.arange(5)
+    for row in range(9):  # the ball: rows 0 to 8
+        layers["torso"]["Dense_0"]["kernel"][row * 5 + columns, 0] = 0.1 * columns
+    layers["torso"]["Dense_0"]["kernel"][45 + columns, 0] = -0.1 * columns  # the paddle: row 9
+    layers["torso"]["Dense_1"]["kernel"][0, 0] = 1.0
+    one_column = np.tanh(np.tanh(0.1))
+    layers["policy"]["kernel"][0] = [-100.0, 0.0, 100.0]  # left, stay, right
+    layers["policy"]["bias"][1] = 50.0 * one_column  # stay wins only when the ball is above
+    return params
+
+
+@pytest.mark.xdist_group("tiny-run")
+def test_evaluate_scores_the_checkpoints_policy(trained_run, tmp_path, capsys):
+    """A checkpoint holding a policy that always catches the ball evaluates to exactly 1."""
+    from podracer.checkpoint import Progress
+    from podracer.types import AgentState
+
+    class Saved(NamedTuple):  # the part of a run's state that evaluate reads
+        agent: AgentState
+
+    run_dir = tmp_path / "perfect"
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text((trained_run / "config.json").read_text())
+    perfect = perfect_catch_params(catch_agent(run_dir))
+    assert catch_greedy_returns(run_dir, perfect) == [1.0] * 5  # played by hand
+    seeds = jax.tree.map(lambda x: np.stack([x, x]), perfect)  # the run has 2 seeds
+    with Checkpointer(checkpoint_dir(str(run_dir))) as checkpoints:
+        checkpoints.save(Saved(AgentState(seeds, (), np.int32(1))), Progress(updates=1, env_steps=128))
+    main(["evaluate", str(run_dir), "--episodes", "50", "--seed", "1", "--json"])
+    result = json.loads(capsys.readouterr().out)
+    assert (result["mean_return"], result["std_return"], result["episodes"]) == (1.0, 0.0, 50), result
 
 
 @pytest.mark.xdist_group("tiny-run")

@@ -133,7 +133,7 @@ MUTATIONS: tuple[Mutation, ...] = (
       (("experiments/evaluate.py", "returns = episode_returns(env, loaded.policy, loaded.params, key_eval, episodes)",
         "returns = episode_returns(env, loaded.policy, jax.tree.map(jnp.zeros_like, loaded.params), key_eval, "
         "episodes)"),),
-      ("tests/test_lifecycle_cli.py::test_evaluate_json_is_reproducible_and_counts_episodes",)),
+      ("tests/test_lifecycle_cli.py::test_evaluate_scores_the_checkpoints_policy",)),
     M("tree-comparison-ignores-structure", "the tests' tree comparison no longer checks the tree structure",
       (("tests/helpers.py", "    if actual_def != expected_def:\n", "    if False:\n"),),
       ("tests/test_helpers.py::test_differences_are_caught_and_named",)),
