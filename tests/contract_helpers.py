@@ -168,8 +168,9 @@ def learned_policy_ok(result: Any, config: Config, space: str) -> None:
         action = np.asarray(jax.jit(agent.act)(params, obs, jax.random.key(0))[0])
     rows = [row["episode_return"] for row in result.metrics]
     if space == "box":
+        # A uniform random action scores about -0.58; the mean action must be near obs / 2.
         np.testing.assert_allclose(action.reshape(2), [-0.5, 0.5], atol=0.15, err_msg=str(rows))
-        assert final >= -0.05, rows
+        assert final >= -0.15, rows
     else:
         assert action.tolist() == ([1, 3] if space == "masked" else [0, 1]), (action, rows)
         assert final >= 0.8, rows

@@ -209,3 +209,25 @@ def test_dqn_loss_bootstraps_from_the_best_legal_action(double_q):
     expected = items.reward + 0.9 * q_next_target[np.arange(M), pick]
     q = np.asarray(network.apply(online, obs))[np.arange(M), items.action]
     np.testing.assert_allclose(td, expected - q, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.timeout(240)
+def test_sebulba_carries_masks_through_actors_learner_and_evaluation(tmp_path):
+    """Masked observations of a host environment (a JAX env on the host) reach `act` through
+    the actors' buffers and the learner through the trajectory: no illegal action is ever
+    taken (every episode lasts one step), the probe is learned, and `evaluate` on the host
+    environment respects the masks too (greedy return 1)."""
+    from experiments.evaluate import evaluate
+    from experiments.train import train
+    from podracer.agents import algorithms
+    from podracer.config import Config
+    from sebulba import SebulbaConfig
+
+    config = Config(env=EnvConfig("ProbeMaskedAction"), agent=algorithms()["ppo"].default_probe_config(),
+                    total_env_steps=6_400, run_dir=str(tmp_path / "run"),
+                    arch=SebulbaConfig(num_envs=16, rollout_length=8, actor_devices=(0,), learner_devices=(1, 2),
+                                       updates_per_log=25))
+    rows = train(config, console=False).metrics
+    assert all(row["episode_length"] == 1.0 for row in rows), [row["episode_length"] for row in rows]
+    assert rows[-1]["episode_return"] >= 0.9, [row["episode_return"] for row in rows]
+    assert evaluate(str(tmp_path / "run"), episodes=8)["mean_return"] == 1.0
