@@ -28,25 +28,25 @@ from podracer.types import Agent, AgentState, BatchShape, DiscreteSpec, Observat
 class ImpalaConfig:
     """IMPALA hyperparameters. Defaults: the paper's (Atari, table G.1) where they apply."""
 
-    learning_rate: float = 6e-4
+    learning_rate: float = 6e-4  # optimizer step size
     anneal_lr: bool = True  # linear decay to 0 over the run (as in the paper)
-    optimizer: Literal["rmsprop", "adam"] = "rmsprop"
-    rmsprop_decay: float = 0.99
+    optimizer: Literal["rmsprop", "adam"] = "rmsprop"  # RMSProp as the paper (TF1's), or Adam
+    rmsprop_decay: float = 0.99  # RMSProp's decay of the mean square
     rmsprop_eps: float = 0.01  # inside the square root, as TensorFlow's RMSProp (DMLab: 0.1)
-    adam_eps: float = 1e-5
+    adam_eps: float = 1e-5  # Adam's epsilon (with optimizer adam)
     max_grad_norm: float = 40.0  # global-norm gradient clipping
     num_epochs: int = 1  # passes over each trajectory batch (IMPALA: 1)
     num_minibatches: int = 1  # per pass, per device; splits the environments, not time
-    gamma: float = 0.99
-    vtrace_lambda: float = 1.0
+    gamma: float = 0.99  # discount factor
+    vtrace_lambda: float = 1.0  # V-trace's lambda
     clip_rho_threshold: float = 1.0  # rho-bar of the value targets
     clip_pg_rho_threshold: float = 1.0  # rho-bar of the policy-gradient advantage
-    entropy_coef: float = 0.01
+    entropy_coef: float = 0.01  # weight of the entropy bonus
     value_coef: float = 0.5  # the paper's baseline cost
-    torso: Literal["mlp", "nature_cnn", "impala_cnn"] = "mlp"
-    hidden_sizes: tuple[int, ...] = (64, 64)
-    activation: Literal["tanh", "relu", "gelu"] = "tanh"
-    shared_torso: bool = False
+    torso: Literal["mlp", "nature_cnn", "impala_cnn"] = "mlp"  # network body: an MLP, or a CNN for pixels
+    hidden_sizes: tuple[int, ...] = (64, 64)  # MLP layer widths
+    activation: Literal["tanh", "relu", "gelu"] = "tanh"  # MLP activation
+    shared_torso: bool = False  # one body for policy and value (else two)
     unroll_sgd: bool = False  # unroll epochs and minibatches (faster CNN updates on CPU)
 
     def __post_init__(self) -> None:

@@ -34,30 +34,30 @@ from podracer.types import (ActionSpec, Agent, AgentState, BatchShape, BoxSpec, 
 class PPOConfig:
     """PPO hyperparameters. Defaults: CleanRL's / PureJaxRL's classic-control settings."""
 
-    learning_rate: float = 2.5e-4
+    learning_rate: float = 2.5e-4  # Adam step size (annealed with anneal_lr)
     anneal_lr: bool = True  # linear decay to 0 over the run
-    num_epochs: int = 4
+    num_epochs: int = 4  # passes over each update's batch
     num_minibatches: int = 4  # per update, per device
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
+    gamma: float = 0.99  # discount factor
+    gae_lambda: float = 0.95  # GAE's lambda (bias/variance of the advantages)
     # "vtrace": advantages and value targets by V-trace from the behaviour policy's
     # log-probabilities, for actors that lag behind the learner (Sebulba); see
     # `vtrace_advantages_and_targets`.
     advantage: Literal["gae", "vtrace"] = "gae"
-    vtrace_lambda: float = 0.95
-    clip_rho_threshold: float = 1.0
-    clip_pg_rho_threshold: float = 1.0
-    clip_eps: float = 0.2
-    clip_value: bool = True
-    entropy_coef: float = 0.01
-    value_coef: float = 0.5
-    max_grad_norm: float = 0.5
-    adam_eps: float = 1e-5
-    normalize_advantages: bool = True
-    torso: Literal["mlp", "nature_cnn", "impala_cnn"] = "mlp"
-    hidden_sizes: tuple[int, ...] = (64, 64)
-    activation: Literal["tanh", "relu", "gelu"] = "tanh"
-    shared_torso: bool = False
+    vtrace_lambda: float = 0.95  # V-trace's lambda (with advantage vtrace)
+    clip_rho_threshold: float = 1.0  # V-trace's rho-bar of the value targets
+    clip_pg_rho_threshold: float = 1.0  # V-trace's rho-bar of the policy-gradient advantage
+    clip_eps: float = 0.2  # surrogate ratio clipped to 1 +- clip_eps (and the value, with clip_value)
+    clip_value: bool = True  # clip the value update around the behaviour's value, as CleanRL
+    entropy_coef: float = 0.01  # weight of the entropy bonus
+    value_coef: float = 0.5  # weight of the value loss
+    max_grad_norm: float = 0.5  # global-norm gradient clipping
+    adam_eps: float = 1e-5  # Adam's epsilon
+    normalize_advantages: bool = True  # standardise advantages over the global minibatch (all devices)
+    torso: Literal["mlp", "nature_cnn", "impala_cnn"] = "mlp"  # network body: an MLP, or a CNN for pixels
+    hidden_sizes: tuple[int, ...] = (64, 64)  # MLP layer widths
+    activation: Literal["tanh", "relu", "gelu"] = "tanh"  # MLP activation
+    shared_torso: bool = False  # one body for policy and value (else two)
     unroll_sgd: bool = False  # unroll epochs and minibatches (faster CNN updates on CPU)
     log_std_init: float = 0.0  # continuous actions: initial log-std of the Gaussian policy (state-independent)
     normalize_observations: bool = False  # running mean/variance normalisation of observations (agent state)
