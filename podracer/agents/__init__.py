@@ -11,19 +11,20 @@ from typing import Any, Callable
 from podracer.agents.dqn import DQNConfig, make_dqn
 from podracer.agents.impala import ImpalaConfig, make_impala
 from podracer.agents.ppo import PPOConfig, make_ppo
+from podracer.agents.pqn import PQNConfig, make_pqn
 from podracer.parallel import AxisName
 from podracer.types import Agent, DiscreteSpec, ObsSpec
 
 FACTORIES: dict[type, Callable[..., Agent]] = {
-    PPOConfig: make_ppo, ImpalaConfig: make_impala, DQNConfig: make_dqn,
+    PPOConfig: make_ppo, ImpalaConfig: make_impala, DQNConfig: make_dqn, PQNConfig: make_pqn,
 }
-ALGORITHMS: dict[str, type] = {"ppo": PPOConfig, "impala": ImpalaConfig, "dqn": DQNConfig}
+ALGORITHMS: dict[str, type] = {"ppo": PPOConfig, "impala": ImpalaConfig, "dqn": DQNConfig, "pqn": PQNConfig}
 
 
 def make_agent(
     config: Any, obs_spec: ObsSpec, action_spec: DiscreteSpec, *, num_updates: int, axis_name: AxisName
 ) -> Agent:
-    """The `Agent` for an algorithm config (`PPOConfig`, `ImpalaConfig`, `DQNConfig`, ...)."""
+    """The `Agent` for an algorithm config (`PPOConfig`, `ImpalaConfig`, `DQNConfig`, `PQNConfig`, ...)."""
     try:
         factory = FACTORIES[type(config)]
     except KeyError:
@@ -32,6 +33,6 @@ def make_agent(
 
 
 __all__ = [
-    "ALGORITHMS", "DQNConfig", "FACTORIES", "ImpalaConfig", "PPOConfig", "make_agent", "make_dqn",
-    "make_impala", "make_ppo",
+    "ALGORITHMS", "DQNConfig", "FACTORIES", "ImpalaConfig", "PPOConfig", "PQNConfig", "make_agent", "make_dqn",
+    "make_impala", "make_ppo", "make_pqn",
 ]

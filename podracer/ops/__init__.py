@@ -1,15 +1,17 @@
 """Pure losses and returns over one trajectory, rlax style (vmap for batches)."""
 
-from podracer.ops.returns import gae_advantages
+from podracer.ops.returns import gae_advantages, lambda_returns
 from podracer.ops.losses import clipped_surrogate_loss, entropy_loss, categorical_log_prob
 from podracer.ops.vtrace import VTraceOutput, vtrace_td_error_and_advantage
 from podracer.ops.qlearning import (
-    double_q_learning_target, epsilon_greedy, huber_loss, n_step_targets, q_learning_target, td_error,
+    double_q_learning_target, epsilon_greedy, huber_loss, n_step_targets, q_lambda_targets, q_learning_target,
+    td_error,
 )
 
 __all__ = [
-    "gae_advantages", "clipped_surrogate_loss", "entropy_loss", "categorical_log_prob",
+    "gae_advantages", "lambda_returns", "clipped_surrogate_loss", "entropy_loss", "categorical_log_prob",
     "VTraceOutput", "vtrace_td_error_and_advantage",
-    "double_q_learning_target", "epsilon_greedy", "huber_loss", "n_step_targets", "q_learning_target",
+    "double_q_learning_target", "epsilon_greedy", "huber_loss", "n_step_targets", "q_lambda_targets",
+    "q_learning_target",
     "td_error",
 ]
