@@ -7,6 +7,8 @@ from typing import Callable
 from anakin.config import AnakinConfig
 from experiments.presets_dqn import DQN_PRESETS
 from experiments.presets_impala import IMPALA_PRESETS
+from experiments.presets_minatar import MINATAR_PRESETS
+from experiments.presets_pqn import PQN_PRESETS
 from experiments.presets_sebulba import SEBULBA_PRESETS
 from podracer.agents import PPOConfig
 from podracer.config import Config, EnvConfig
@@ -38,4 +40,6 @@ PRESETS: dict[str, Callable[[], Config]] = {
     **IMPALA_PRESETS,
     **SEBULBA_PRESETS,
     **DQN_PRESETS,
+    **PQN_PRESETS,
+    **MINATAR_PRESETS,
 }
