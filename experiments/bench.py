@@ -1,4 +1,5 @@
-"""`podracer bench`: training throughput against the physical limit of this machine."""
+"""`podracer bench`: training throughput against the physical limit of this machine, and
+(`--compare-reference`) against a hand-written single-file PPO with the same hyperparameters."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from podracer.config import Config
+from podracer.config import Config, ConfigError
 
 
 def _timed_calls(call: Any, state: Any, n: int, repeats: int) -> tuple[Any, float]:
@@ -22,25 +23,96 @@ def _timed_calls(call: Any, state: Any, n: int, repeats: int) -> tuple[Any, floa
     return state, (time.perf_counter() - start) / repeats
 
 
-def bench_anakin(config: Config, repeats: int = 5) -> dict[str, Any]:
+class _Timed:
+    """A compiled `call(state, n) -> (state, out)` and its state, timed call by call."""
+
+    def __init__(self, call: Any, state: Any):
+        self.call, self.state, self.seconds = call, state, []
+
+    def run(self, n: int, record: bool = True) -> None:
+        start = time.perf_counter()
+        self.state, out = self.call(self.state, jnp.int32(n))
+        jax.block_until_ready((self.state, out))
+        if record:
+            self.seconds.append(time.perf_counter() - start)
+
+
+def _compiled(jitted: Any, state: Any, n: int) -> tuple[Any, float]:
+    start = time.perf_counter()
+    compiled = jitted.lower(state, jnp.int32(n)).compile()
+    return compiled, time.perf_counter() - start
+
+
+def bench_anakin(config: Config, repeats: int = 5, compare_reference: bool = False) -> dict[str, Any]:
     """Steady-state training env steps/s (`sps`), compile excluded, and `limit_sps`: the
-    same env batch and network acting only, no learning."""
+    same env batch and network acting only, no learning. With `compare_reference`, the
+    hand-written PPO (`experiments.benchmarks.reference_ppo`) runs the same updates per call
+    and its calls alternate with podracer's, so that both see the same machine load:
+    `reference_sps`, `speedup` (podracer / reference) and both compile times."""
     from anakin import program, runner
 
     s = runner.setup(config)
     arch = config.arch
     n = arch.updates_per_call
     steps_per_call = n * s.sizes.steps_per_update * arch.num_seeds
-
     state = runner.initial_state(config, s)
-    start = time.perf_counter()
     train_call = program.make_train_call(s.env, s.env_params, s.agent, s.mesh, arch.rollout_length)
-    compiled = train_call.lower(state, jnp.int32(n)).compile()
-    compile_s = time.perf_counter() - start
-    state, train_s = _timed_calls(compiled, state, n, repeats)
+    compiled, compile_s = _compiled(train_call, state, n)
+    if not compare_reference:
+        state, train_s = _timed_calls(compiled, state, n, repeats)
+        state, rollout_s = _rollout_seconds(config, s, state, n, repeats)
+        return _result(config, s, steps_per_call, train_s, rollout_s, compile_s)
 
-    rollout_call = program.make_rollout_call(s.env, s.env_params, s.agent, s.mesh, arch.rollout_length)
-    state, rollout_s = _timed_calls(rollout_call, state, n, repeats)
+    ours = _Timed(compiled, state)
+    reference, reference_compile_s = _reference_call(config, s.sizes.num_updates, n)
+    for timed in (ours, reference):
+        timed.run(n, record=False)  # warm-up
+    for _ in range(repeats):
+        for timed in (ours, reference):
+            timed.run(n)
+    train_s, reference_s = sum(ours.seconds) / repeats, sum(reference.seconds) / repeats
+    _, rollout_s = _rollout_seconds(config, s, ours.state, n, repeats)
+    result = _result(config, s, steps_per_call, train_s, rollout_s, compile_s)
+    reference_sps = steps_per_call / reference_s
+    result.update(reference_sps=round(reference_sps, 1), speedup=round(result["sps"] / reference_sps, 3),
+                  reference_compile_s=round(reference_compile_s, 2))
+    return result
+
+
+def _reference_call(config: Config, num_updates: int, n: int) -> tuple[_Timed, float]:
+    from experiments.benchmarks.reference_ppo import make_reference
+    from podracer.agents import PPOConfig
+    from podracer.envs.gymnax_env import GYMNAX_IDS
+
+    ppo = config.agent
+    if not isinstance(ppo, PPOConfig) or ppo.advantage != "gae" or ppo.torso != "mlp" or ppo.shared_torso:
+        raise ConfigError("--compare-reference: the reference is PPO with GAE and separate MLP actor and critic; "
+                          "the preset is not")
+    if config.env.id not in GYMNAX_IDS or len(runner_devices(config)) != 1:
+        raise ConfigError("--compare-reference: the reference runs a gymnax environment on one device "
+                          "(use --arch.devices 0 with several)")
+    init, train = make_reference(config.env.id, ppo, config.arch.num_envs, config.arch.rollout_length,
+                                 num_updates, config.arch.num_seeds)
+    state = init(jax.random.key(config.seed))
+    compiled, compile_s = _compiled(train, state, n)
+    return _Timed(compiled, state), compile_s
+
+
+def runner_devices(config: Config) -> list:
+    from anakin.runner import select_devices
+
+    return select_devices(config.arch.devices)
+
+
+def _rollout_seconds(config: Config, s: Any, state: Any, n: int, repeats: int) -> tuple[Any, float]:
+    from anakin import program
+
+    rollout_call = program.make_rollout_call(s.env, s.env_params, s.agent, s.mesh, config.arch.rollout_length)
+    return _timed_calls(rollout_call, state, n, repeats)
+
+
+def _result(config: Config, s: Any, steps_per_call: int, train_s: float, rollout_s: float,
+            compile_s: float) -> dict[str, Any]:
     sps, limit_sps = steps_per_call / train_s, steps_per_call / rollout_s
     return {
         "arch": "anakin",
@@ -50,7 +122,7 @@ def bench_anakin(config: Config, repeats: int = 5) -> dict[str, Any]:
         "ratio": round(sps / limit_sps, 4),
         "compile_s": round(compile_s, 2),
         "devices": s.sizes.num_devices,
-        "num_envs": arch.num_envs,
-        "num_seeds": arch.num_seeds,
+        "num_envs": config.arch.num_envs,
+        "num_seeds": config.arch.num_seeds,
         "backend": jax.default_backend(),
     }

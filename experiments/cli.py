@@ -98,12 +98,26 @@ def build_parser() -> argparse.ArgumentParser:
     front.add_argument("--out", default=None, metavar="FILE.png", help="the plot (default DIR/front.png)")
     front.add_argument("--json", action="store_true", help="print one JSON object")
 
-    bench = commands.add_parser("bench", help="throughput against the physical limit")
-    bench.add_argument("arch", choices=["anakin", "sebulba"])
+    bench = commands.add_parser(
+        "bench", help="throughput against the physical limit; `bench table`: results over presets x seeds",
+        description="podracer bench anakin|sebulba [--preset NAME] [--json] | "
+                    "podracer bench table --presets A B ... --seeds N --out DIR [overrides]",
+    )
+    bench.add_argument("arch", choices=["anakin", "sebulba", "table"])
     bench.add_argument("--json", action="store_true", help="print one JSON line")
     bench.add_argument("--preset", default=None, help="preset to measure (default: ppo-cartpole-<arch>)")
     bench.add_argument("--seconds", type=float, default=10.0, help="sebulba: seconds measured per quantity")
     bench.add_argument("--cpu-devices", type=int, default=None, metavar="N", help=CPU_DEVICES_HELP)
+    bench.add_argument("--compare-reference", action="store_true",
+                       help="anakin: also time the hand-written single-file PPO with the same hyperparameters")
+    bench.add_argument("--presets", nargs="+", default=None, metavar="PRESET", help="table: presets to train")
+    bench.add_argument("--seeds", type=int, default=4, help="table: seeds per preset, one program (default 4)")
+    bench.add_argument("--out", default=None, metavar="DIR", help="table: output directory")
+    bench.add_argument("--milestones", nargs="+", type=float, default=None, metavar="M",
+                       help="table: where to evaluate, fractions of the budget or env steps (default 0.13 0.51 0.99)")
+    bench.add_argument("--episodes", type=int, default=128, help="table: evaluation episodes per seed (default 128)")
+    bench.add_argument("--policy", choices=["auto", "greedy", "sample"], default="auto",
+                       help="table: evaluation policy (auto: sample for PPO/IMPALA, greedy for Q-learning)")
     return parser
 
 
@@ -231,12 +245,33 @@ def cmd_launch_local(preset: str, overrides: list[str], num_processes: int, cpu_
     raise SystemExit(launch_local(preset, overrides, num_processes, cpu_devices))
 
 
-def cmd_bench(arch: str, preset: str | None, overrides: list[str], as_json: bool, seconds: float) -> None:
+def cmd_bench_table(args: argparse.Namespace, overrides: list[str]) -> int:
+    from experiments.benchmarks.table import DEFAULT_MILESTONES, run_table
+    from experiments.signals import stop_on_signals
+
+    if not args.presets or args.out is None:
+        _fail("bench table needs --presets A [B ...] and --out DIR")
+    with stop_on_signals() as stop:
+        path = run_table(args.presets, args.seeds, args.out, overrides,
+                         milestones=args.milestones or DEFAULT_MILESTONES, episodes=args.episodes,
+                         policy=args.policy, user_stop=stop, log=lambda line: print(line, flush=True))
+    if path is None:
+        print(f"podracer: stopped by {stop.name}, checkpoint saved; the same command continues the benchmark",
+              file=sys.stderr)
+        return 128 + stop.signum
+    print(f"wrote {path}")
+    return 0
+
+
+def cmd_bench(arch: str, preset: str | None, overrides: list[str], as_json: bool, seconds: float,
+              compare_reference: bool = False) -> None:
     config = resolve_config(preset or f"ppo-cartpole-{arch}", overrides)
+    if compare_reference and arch != "anakin":
+        _fail("--compare-reference applies to bench anakin")
     if arch == "anakin":
         from experiments.bench import bench_anakin
 
-        result = bench_anakin(config)
+        result = bench_anakin(config, compare_reference=compare_reference)
     else:
         from sebulba import bench
 
@@ -308,8 +343,10 @@ def main(argv: list[str] | None = None) -> None:
             cmd_plot(args)
         elif args.command == "launch-local":
             cmd_launch_local(args.preset, rest, args.num_processes, args.cpu_devices)
+        elif args.command == "bench" and args.arch == "table":
+            code = cmd_bench_table(args, rest)
         elif args.command == "bench":
-            cmd_bench(args.arch, args.preset, rest, args.json, args.seconds)
+            cmd_bench(args.arch, args.preset, rest, args.json, args.seconds, args.compare_reference)
         elif args.command in ("prefix-baseline", "prefix-front"):
             cmd_prefix(args)
     except ConfigError as error:

@@ -10,6 +10,8 @@ from experiments.overrides import override
 from experiments.presets_continuous import CONTINUOUS_PRESETS
 from experiments.presets_dqn import DQN_PRESETS
 from experiments.presets_impala import IMPALA_PRESETS
+from experiments.presets_minatar import MINATAR_PRESETS
+from experiments.presets_pqn import PQN_PRESETS
 from experiments.presets_sebulba import SEBULBA_PRESETS
 from podracer.agents import PPOConfig
 from podracer.config import Config, ConfigError, EnvConfig
@@ -42,6 +44,8 @@ PRESETS: dict[str, Callable[[], Config]] = {
     **SEBULBA_PRESETS,
     **DQN_PRESETS,
     **CONTINUOUS_PRESETS,
+    **PQN_PRESETS,
+    **MINATAR_PRESETS,
 }
 
 

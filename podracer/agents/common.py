@@ -15,7 +15,7 @@ from podracer.ops import VTraceOutput, masked_logits, vtrace_td_error_and_advant
 from podracer.types import (ActionSpec, Array, BoxSpec, Observation, ObservationSpec, Params, PRNGKey,
                             Trajectory, network_obs_spec, split_mask, zeros_like_spec)
 
-TORSOS = ("mlp", "nature_cnn", "impala_cnn")
+TORSOS = ("mlp", "nature_cnn", "impala_cnn", "minatar_cnn")
 ACTIVATIONS = ("tanh", "relu", "gelu")
 
 
@@ -40,11 +40,16 @@ def make_actor_critic(
     return networks.ActorCritic(action_spec.num_actions, body(), critic)
 
 
-def make_torso(torso: str, hidden_sizes: tuple[int, ...], activation: str, obs_spec: ObservationSpec) -> nn.Module:
-    """A fresh torso module of the kind a config names (`TORSOS`)."""
+def make_torso(
+    torso: str, hidden_sizes: tuple[int, ...], activation: str, obs_spec: ObservationSpec, layer_norm: bool = False
+) -> nn.Module:
+    """A fresh torso module of the kind a config names (`TORSOS`); `layer_norm` applies to
+    the MLP and MinAtar torsos."""
     obs_spec = network_obs_spec(obs_spec)
     if torso == "mlp":
-        return networks.MLP(tuple(hidden_sizes), activation, obs_ndim=len(obs_spec.shape))
+        return networks.MLP(tuple(hidden_sizes), activation, obs_ndim=len(obs_spec.shape), layer_norm=layer_norm)
+    if torso == "minatar_cnn":
+        return networks.MinAtarCNN(hidden_sizes=tuple(hidden_sizes), activation=activation, layer_norm=layer_norm)
     if torso in ("nature_cnn", "impala_cnn"):
         return getattr(networks, "NatureCNN" if torso == "nature_cnn" else "ImpalaCNN")()
     raise ValueError(f"unknown torso {torso!r}; choose one of {TORSOS}")
@@ -213,3 +218,29 @@ def make_sgd_epochs(
         return params, opt_state, jax.tree.map(jnp.mean, metrics)
 
     return run
+
+
+def successor_values(apply_value: Callable[[Array], Array], traj: Trajectory, value: Array) -> Array:
+    """The values of `traj.next_obs`, `[T, B, ...]`, without a forward pass over all of them.
+
+    `value [T, B, ...]` holds the behaviour's values of `traj.obs` (what `act` computed);
+    `apply_value(obs [N, ...]) -> [N, ...]` evaluates the network. Where an episode went on,
+    `next_obs[t]` is `obs[t + 1]`, whose value is `value[t + 1]`; only the last step (always,
+    `[B]` observations) and truncated steps (their final observations, in a second pass over
+    all of `next_obs` that runs only when some step before the last was truncated) need the
+    network. Terminated steps keep a value that a learner must not bootstrap from.
+    """
+    last = apply_value(traj.next_obs[-1])
+    shifted = jnp.concatenate([value[1:], last[None]])
+    T, B = traj.reward.shape
+
+    def with_truncations(carry):
+        _, values = carry
+        exact = apply_value(traj.next_obs.reshape((T * B,) + traj.next_obs.shape[2:]))
+        exact = exact.reshape((T, B) + exact.shape[1:])
+        mask = traj.truncated.reshape((T, B) + (1,) * (exact.ndim - 2))
+        return jnp.zeros_like(carry[0]), jnp.where(mask, exact, values)
+
+    # A loop that runs its body at most once: `lax.cond` fails under vmap in shard_map.
+    pending = jnp.any(traj.truncated[:-1])
+    return jax.lax.while_loop(lambda carry: carry[0], with_truncations, (pending, shifted))[1]

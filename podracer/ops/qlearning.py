@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from podracer.ops.losses import legal_or_all
+from podracer.ops.returns import lambda_returns
 
 Array = jax.Array
 
@@ -61,6 +62,23 @@ def n_step_targets(
         alive = include & ~(terminated_t[index] | truncated_t[index])
     discount = jnp.where(terminated_t[last], 0.0, scale)
     return returns, discount, last
+
+
+def q_lambda_targets(
+    r_t: Array, discount_t: Array, q_t: Array, lambda_: float | Array, end_t: Array | None = None
+) -> Array:
+    """Peng's Q(lambda) targets for one trajectory (Peng and Williams 1996), the returns PQN
+    regresses on (Gallici et al. 2024, "Simplifying Deep Temporal Difference Learning").
+
+    r_t, discount_t: `[T]` (discount 0 where the episode terminated); q_t: `[T, A]` action
+    values of the successor state (a truncated episode's final observation); end_t: `[T]`
+    bool, the episode ended after step t: the return stops there and bootstraps from
+    `max_a q_t` (times 0 if terminated). The lambda-return over `v_t = max_a q_t`:
+    `G_t = r_t + discount_t * ((1 - lambda) max_a q_t + lambda G_{t+1})`. rlax's `q_lambda`
+    is `G_t - q_tm1[a_tm1]`. No gradient flows through the targets. Returns `[T]`.
+    """
+    chex.assert_rank([r_t, discount_t, q_t], [1, 1, 2])
+    return jax.lax.stop_gradient(lambda_returns(r_t, discount_t, jnp.max(q_t, axis=-1), lambda_, end_t))
 
 
 def q_learning_target(r_t: Array, discount_t: Array, q_t: Array, legal_t: Array | None = None) -> Array:

@@ -66,3 +66,41 @@ def discounted_returns(r_t: Array, end_t: Array, gamma: float | Array) -> Array:
     # The initial carry varies over a mesh axis wherever either input does (a constant
     # reward may be device-invariant inside `shard_map` while the episode ends are not).
     return jax.lax.scan(forward, jnp.zeros_like(r_t[0] * keep[0]), (r_t, keep))[1]
+def lambda_returns(
+    r_t: Array,
+    discount_t: Array,
+    v_t: Array,
+    lambda_: float | Array,
+    end_t: Array | None = None,
+) -> Array:
+    """TD(lambda) returns for one trajectory (Sutton and Barto 2018, sec. 12.1; rlax's
+    `lambda_returns` with an episode cut).
+
+    All inputs are `[T]`, time-major, for the transition `s_{t-1} -> s_t`:
+      r_t:        reward.
+      discount_t: `gamma` where the episode went on *or was truncated*, 0 where it terminated.
+      v_t:        value of the successor state, before any auto-reset (a truncated episode's
+                  final observation).
+      lambda_:    a scalar or `[T]`.
+      end_t:      optional `[T]` bool, the episode ended (terminated or truncated) after this
+                  step: the return stops there, `G_t = r_t + discount_t * v_t`, and nothing of
+                  the next episode leaks in. Without it only `discount_t = 0` cuts it (rlax).
+
+    `G_t = r_t + discount_t * ((1 - lambda_t) * v_t + lambda_t * G_{t+1})`, with
+    `G_{T-1} = r_{T-1} + discount_{T-1} * v_{T-1}`. Returns `[T]`.
+    """
+    chex.assert_rank([r_t, discount_t, v_t], 1)
+    chex.assert_equal_shape([r_t, discount_t, v_t])
+    lambda_ = jnp.ones_like(discount_t) * lambda_
+    if end_t is not None:
+        chex.assert_equal_shape([end_t, discount_t])
+        lambda_ = jnp.where(end_t, 0.0, lambda_)
+
+    def backward(g_next, inputs):
+        r, discount, v, lam = inputs
+        g = r + discount * ((1.0 - lam) * v + lam * g_next)
+        return g, g
+
+    # Starting from G_T = v_{T-1}, the last step bootstraps from v whatever its lambda.
+    _, returns = jax.lax.scan(backward, v_t[-1], (r_t, discount_t, v_t, lambda_), reverse=True)
+    return returns
