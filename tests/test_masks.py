@@ -9,7 +9,8 @@ import pytest
 import rlax
 
 from podracer import ops
-from podracer.agents.dqn import to_transitions
+from podracer.agents.dqn import DQNConfig, _example_step, to_steps, transitions_at
+from podracer.replay import make_replay
 from podracer.config import EnvConfig
 from podracer.envs import make_jax_env
 from podracer.envs.host import host_env_specs, make_host_env
@@ -108,8 +109,17 @@ def test_replay_transitions_keep_the_bootstrap_states_mask():
     mask = np.stack([ids[..., 0] % A == a for a in range(A)], axis=-1)
     traj = Trajectory(MaskedObs(ids, mask), np.zeros((T, B), np.int32), np.ones((T, B), np.float32),
                       np.zeros((T, B), bool), np.zeros((T, B), bool), MaskedObs(ids + 100, mask[::-1]), {})
-    items = jax.jit(to_transitions, static_argnums=(1, 2))(traj, 0.9, 2)
-    assert isinstance(items.next_obs, MaskedObs)
+    config = DQNConfig(buffer_size=T * B, batch_size=4, n_step=2, gamma=0.9, learning_starts=0)
+    replay = make_replay(config.buffer_size, config.batch_size, False, 0.6)
+
+    @jax.jit
+    def store_and_read(traj):
+        spec = MaskedObs(ObsSpec((1,), np.dtype(np.float32)), ObsSpec((A,), np.dtype(bool)))
+        local = replay.add(replay.init(_example_step(spec)), to_steps(traj, jnp.zeros((B,), bool)))
+        return transitions_at(replay, local, jnp.arange(T * B), B, config)
+
+    items = store_and_read(traj)
+    assert isinstance(items.next_obs, MaskedObs) and isinstance(items.obs, MaskedObs)
     last = np.minimum(np.arange(T) + 1, T - 1)  # 2-step: bootstraps from next_obs[min(t + 1, T - 1)]
     expected_ids = (ids[last] + 100).reshape(-1, 1)
     np.testing.assert_array_equal(items.next_obs.obs, expected_ids)
