@@ -80,7 +80,8 @@ def init_state(
     env: JaxEnv, env_params: Any, agent: Agent, mesh: Mesh, key: PRNGKey, num_seeds: int, num_envs: int
 ) -> RunnerState:
     """Initial state, placed on the mesh. Agents are initialised one seed at a time and
-    stacked (a vmapped orthogonal init can deadlock on CPU, see DESIGN.md)."""
+    stacked (on CPU, jax 0.10 can deadlock in a vmapped orthogonal init: LAPACK QR inside
+    a parallel batch map)."""
     num_devices = mesh.devices.size
     seed_keys = jax.random.split(key, num_seeds)
     init = jax.jit(agent.init)

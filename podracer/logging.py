@@ -14,6 +14,8 @@ from typing import Any, Protocol
 
 
 class Sink(Protocol):
+    """Where metrics rows go: one `write` per row, `close` at the end of the run."""
+
     def write(self, row: dict[str, Any]) -> None: ...
 
     def close(self) -> None: ...
@@ -146,7 +148,9 @@ class ConsoleProgress:
 
 
 class MultiSink:
-    def __init__(self, sinks: list[Any]):
+    """Every row to every sink."""
+
+    def __init__(self, sinks: list[Sink]):
         self.sinks = sinks
 
     def write(self, row: dict[str, Any]) -> None:

@@ -173,7 +173,8 @@ class InitFn(Protocol):
     def __call__(self, key: PRNGKey) -> AgentState:
         """A fresh learner state. Parameters are replicated (identical on every learner
         device); `local`, if any, is one device's per-device state (the runner gives every
-        device a copy). Must not be `vmap`ped over seeds (see DESIGN.md: init deadlock)."""
+        device a copy). Must not be `vmap`ped over seeds: on CPU, jax 0.10 can
+        deadlock in a vmapped orthogonal initializer (LAPACK QR inside a parallel batch map)."""
 
 
 class ActFn(Protocol):

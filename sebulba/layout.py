@@ -27,7 +27,6 @@ class Layout:
     envs_per_thread: int
     steps_per_update: int  # env steps per update, all processes: num_envs * rollout_length
     num_updates: int  # for the whole run
-    num_processes: int = 1
 
     def actor_device_of(self, thread: int) -> jax.Device:
         return self.actor_devices[thread % len(self.actor_devices)]
@@ -89,5 +88,4 @@ def make_layout(config: Config, devices: Sequence[Any] | None = None) -> Layout:
         envs_per_thread=per_thread,
         steps_per_update=steps_per_update,
         num_updates=num_updates,
-        num_processes=processes,
     )

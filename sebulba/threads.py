@@ -62,9 +62,6 @@ class ThreadGroup:
             thread.join(max(0.0, deadline - time.monotonic()))
         return [t.name for t in self._threads if t.is_alive()]
 
-    def alive(self) -> list[str]:
-        return [t.name for t in self._threads if t.is_alive()]
-
     def raise_error(self) -> None:
         error = self.error
         if error is not None:
