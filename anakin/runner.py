@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from typing import Any, Callable, NamedTuple
 
@@ -12,10 +13,11 @@ import numpy as np
 
 from anakin.config import AnakinConfig
 from anakin.program import AXIS, CallMetrics, RunnerState, init_state, make_train_call
-from podracer import parallel
+from podracer import distributed, parallel
 from podracer.agents import make_checked_agent
 from podracer.checkpoint import Checkpoints, NonFiniteError, Progress, describe_kept, finite_per_seed
 from podracer.config import Config, ConfigError, check
+from podracer.distributed import NO_WAITS, Waits
 from podracer.envs import JaxEnv, UnknownEnvError, make_jax_env
 from podracer.types import Agent, BatchShape
 
@@ -49,6 +51,34 @@ class TrainResult(NamedTuple):
     env_steps: int = 0  # env steps the run has taken (one seed's), over every session (checkpoint saved)
 
 
+class Completion:
+    """When a host call's results became ready, as seen by a thread that waits for them.
+
+    The host thread may be busy elsewhere at that moment: dispatching the next call
+    (which, with several processes on CPUs, runs it before returning), saving a
+    checkpoint, agreeing on a stop. A row timed when the host gets round to it could
+    claim the steps of a call that finished long before; timed here, each row's interval
+    runs from one call's end to the next's, at least the time the devices spent on it.
+    """
+
+    def __init__(self, outputs: Any):
+        self._time = 0.0
+        self._thread = threading.Thread(target=self._wait, args=(outputs,), name="anakin-completion", daemon=True)
+        self._thread.start()
+
+    def _wait(self, outputs: Any) -> None:
+        try:
+            jax.block_until_ready(outputs)
+        except Exception:  # noqa: BLE001 - the host thread reads the outputs and raises the error
+            pass
+        self._time = time.perf_counter()
+
+    def time(self) -> float:
+        """`time.perf_counter()` when the outputs were ready (waits for them)."""
+        self._thread.join()
+        return self._time
+
+
 class _Call(NamedTuple):
     """A dispatched host call whose metrics have not been read yet."""
 
@@ -57,6 +87,18 @@ class _Call(NamedTuple):
     metrics: CallMetrics
     finite: jax.Array  # bool [S]: parameters after the call are finite
     checkpoint_after: bool
+    completion: Completion
+
+    @property
+    def label(self) -> str:
+        return updates_label(self.first_update, self.num_updates)
+
+
+def updates_label(first_update: int, num_updates: int) -> str:
+    """A host call as a wait on the other processes (its collectives), named alike in every
+    process: "update 5", "updates 5-8"."""
+    last = first_update + num_updates - 1
+    return f"update {last}" if num_updates == 1 else f"updates {first_update}-{last}"
 
 
 def select_devices(indices: tuple[int, ...]) -> list[jax.Device]:
@@ -113,6 +155,7 @@ def train(
     checkpointer: Checkpoints | None = None,
     should_stop: Callable[[], bool] | None = None,
     resume: bool = False,
+    waits: Waits = NO_WAITS,
 ) -> TrainResult:
     """Train `config.agent` on `config.env` with Anakin; returns metrics and final state.
 
@@ -122,8 +165,11 @@ def train(
     `should_stop()` turns true (checked between host calls; the run then returns with
     `stopped=True`) and at the end; `resume=True` continues from its latest checkpoint,
     exactly. A non-finite loss or parameter raises `NonFiniteError` before it is saved.
+    `waits` marks every wait on other processes (a multi-process run's deadlines).
     """
     s = setup(config)
+    with waits.waiting("every process to connect its devices"):
+        distributed.connect(s.mesh, config.distributed.timeout_s)
     state = initial_state(config, s)
     progress = Progress()
     if resume:
@@ -131,6 +177,8 @@ def train(
             raise ValueError("resume=True needs a checkpointer")
         state, progress = checkpointer.restore(state)
     train_call = make_train_call(s.env, s.env_params, s.agent, s.mesh, config.arch.rollout_length)
+    # Compiled here, so that no wait on the other processes (a dispatch) includes compiling.
+    train_call = train_call.lower(state, jnp.int32(config.arch.updates_per_call)).compile()
     finite = jax.jit(lambda agent_state: finite_per_seed(agent_state.params))
     should_stop = should_stop or (lambda: False)
     total, every = s.sizes.num_updates, config.checkpoint.every_updates
@@ -143,16 +191,16 @@ def train(
     # (the state after call k is donated to call k+1) and before stopping.
     while True:
         # Every process must stop after the same call: a stop in one is a stop in all.
-        stop = pending is not None and bool(parallel.process_sum(np.float32(should_stop()), s.mesh) > 0)
+        stop = pending is not None and _agree_to_stop(should_stop(), pending, s.mesh, waits)
         launched = None
         if dispatched < total and not (stop or (pending is not None and pending.checkpoint_after)):
             n = min(config.arch.updates_per_call, total - dispatched)
-            state, metrics = train_call(state, jnp.int32(n))
             crosses = every > 0 and dispatched // every < (dispatched + n) // every
-            launched = _Call(dispatched + 1, n, metrics, finite(state.agent), crosses)
+            state, launched = _dispatch(train_call, finite, state, dispatched + 1, n, crosses, waits)
             dispatched += n
         if pending is not None:
-            progress, row = _finish(pending, progress, s.sizes, config.arch.num_seeds, clock, checkpointer)
+            with waits.waiting(pending.label):
+                progress, row = _finish(pending, progress, s.sizes, config.arch.num_seeds, clock, checkpointer)
             rows.append(row)
             if on_metrics is not None:
                 on_metrics(row)
@@ -165,6 +213,23 @@ def train(
         pending = launched
 
 
+def _dispatch(train_call: Any, finite: Any, state: RunnerState, first_update: int, n: int, checkpoint_after: bool,
+              waits: Waits) -> tuple[RunnerState, _Call]:
+    """Start a host call of `n` updates. With several processes a dispatch may run the
+    call before it returns, so it is a wait on the other processes too."""
+    with waits.waiting(updates_label(first_update, n)):
+        state, metrics = train_call(state, jnp.int32(n))
+        finite_after = finite(state.agent)
+    return state, _Call(first_update, n, metrics, finite_after, checkpoint_after, Completion(metrics))
+
+
+def _agree_to_stop(stop_here: bool, after: _Call, mesh: jax.sharding.Mesh, waits: Waits) -> bool:
+    """Whether any process asks to stop after the call `after` (a collective)."""
+    last = after.first_update + after.num_updates - 1
+    with waits.waiting(f"the stop agreement after update {last}"):
+        return bool(parallel.process_sum(np.float32(stop_here), mesh) > 0)
+
+
 class _Clock:
     """Wall time of a run over all its sessions, and the time since the last row."""
 
@@ -172,9 +237,8 @@ class _Clock:
         self.start = time.perf_counter() - offset_s
         self.last = time.perf_counter()
 
-    def lap(self) -> tuple[float, float]:
-        """`(seconds since the previous lap, run wall time)`."""
-        now = time.perf_counter()
+    def lap(self, now: float) -> tuple[float, float]:
+        """`(seconds since the previous lap, run wall time)` at `now` (`time.perf_counter()`)."""
         interval, self.last = now - self.last, now
         return interval, now - self.start
 
@@ -185,7 +249,7 @@ def _finish(
     """Read a call's metrics, refuse non-finite results, and build its metrics row."""
     metrics, finite = jax.device_get((call.metrics, call.finite))
     _check_finite(call, metrics, finite, checkpointer)
-    interval, wall_s = clock.lap()
+    interval, wall_s = clock.lap(call.completion.time())
     updates = call.first_update - 1 + call.num_updates
     env_steps = updates * sizes.steps_per_update
     sps = call.num_updates * sizes.steps_per_update * num_seeds / interval
@@ -198,8 +262,7 @@ def _check_finite(call: _Call, metrics: CallMetrics, finite: np.ndarray, checkpo
     bad_seeds = np.flatnonzero(~(np.asarray(finite) & loss_ok))
     if bad_seeds.size == 0:
         return
-    last = call.first_update + call.num_updates - 1
-    where = f"update {last}" if call.num_updates == 1 else f"updates {call.first_update}-{last}"
+    where = call.label
     what = "loss" if np.all(finite) else "parameters"
     saved = describe_kept(checkpointer)
     raise NonFiniteError(

@@ -3,7 +3,8 @@ prefix-adder tools (prefix-baseline, prefix-front).
 
 User errors (unknown preset or field, bad value, impossible sizes, unwritable run dir, a
 checkpoint from another config) exit with status 2 and one line on stderr naming the
-problem, before anything compiles. A run that diverges (non-finite loss) exits with
+problem, before anything compiles. A run that diverges (non-finite loss), or a process
+of a multi-process run that waited on the others past `distributed.timeout_s`, exits with
 status 1 and one line. SIGTERM/SIGINT stop a run after a checkpoint; it exits with
 128 + the signal number and `podracer train --resume RUN_DIR` continues it.
 """
@@ -13,12 +14,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import traceback
 import warnings
 from typing import NoReturn
 
 from podracer.checkpoint import NonFiniteError
 from podracer.config import ConfigError
+from podracer.distributed import DistributedError
 
 USAGE_ERROR = 2
 RUN_FAILED = 1
@@ -74,7 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     launch.add_argument("-n", "--num-processes", type=int, required=True)
     launch.add_argument("--cpu-devices", type=int, default=None, help="fake CPU devices per process")
-    launch.add_argument("preset")
+    launch.add_argument("--resume", metavar="RUN_DIR", help="continue the multi-process run in RUN_DIR")
+    launch.add_argument("preset", nargs="?")
 
     baseline = commands.add_parser(
         "prefix-baseline", help="prefix adders: simulated annealing or random search, and its Pareto front",
@@ -190,20 +195,19 @@ def cmd_train(preset: str | None, resume_dir: str | None, overrides: list[str]) 
 
     if preset is None and resume_dir is None:
         _fail("give a preset to train, or --resume RUN_DIR")
-    if resume_dir is not None and (preset is not None or overrides):
-        extra = ([preset] if preset is not None else []) + overrides
-        _fail(f"--resume continues a run with its saved config; unexpected arguments: {' '.join(extra)}")
-    config = resolve_config(preset, overrides) if preset is not None else None
+    config = resolve_config(preset, overrides) if preset is not None and resume_dir is None else None
+    session = resume_distributed(preset, overrides) if resume_dir is not None else None
     with stop_on_signals() as stop:
         if config is not None:
             result = train_lib.train(config, name=preset, should_stop=stop)
         else:
-            result = train_lib.resume(resume_dir, should_stop=stop)
+            result = train_lib.resume(resume_dir, should_stop=stop, distributed_config=session)
     env_steps = result.env_steps
     if result.stopped:
-        print(f"podracer: stopped by {stop.name} at {env_steps:,} env steps, checkpoint saved; "
+        by = stop.name if stop.signum is not None else "a signal to another process of the run"
+        print(f"podracer: stopped by {by} at {env_steps:,} env steps, checkpoint saved; "
               f"continue with: podracer train --resume {result.run_dir}", file=sys.stderr)
-        return 128 + stop.signum
+        return 128 + (stop.signum or signal.SIGTERM)
     from podracer.distributed import is_leader
 
     if not is_leader():  # process 0 alone reports a multi-process run
@@ -213,6 +217,21 @@ def cmd_train(preset: str | None, resume_dir: str | None, overrides: list[str]) 
     steps = f"{env_steps:,}" if isinstance(env_steps, int) else env_steps
     print(f"done: {steps} env steps, final return {final}, run dir {result.run_dir}")
     return 0
+
+
+def resume_distributed(preset: str | None, overrides: list[str]):
+    """The `distributed` section of a resumed session: only `--distributed.*` overrides
+    may come with `--resume` (which process this is, where the coordinator is); the rest
+    of the config is the run's saved one."""
+    from experiments.overrides import apply_overrides, split_overrides
+    from podracer.config import Config
+
+    names = [name for name, _ in split_overrides(overrides)]
+    if preset is not None or any(not name.startswith("distributed.") for name in names):
+        extra = ([preset] if preset is not None else []) + overrides
+        _fail(f"--resume continues a run with its saved config (only --distributed.* may be given); "
+              f"unexpected arguments: {' '.join(extra)}")
+    return apply_overrides(Config(agent=None, arch=None), overrides).distributed
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
@@ -236,13 +255,21 @@ def cmd_plot(args: argparse.Namespace) -> None:
     print(f"wrote {args.out}")
 
 
-def cmd_launch_local(preset: str, overrides: list[str], num_processes: int, cpu_devices: int | None) -> None:
+def cmd_launch_local(preset: str | None, resume_dir: str | None, overrides: list[str], num_processes: int,
+                     cpu_devices: int | None) -> None:
     from experiments.launch import launch_local
 
     if num_processes < 1:
         _fail(f"-n must be >= 1, got {num_processes}")
-    resolve_config(preset, overrides)  # fail here, once, rather than in every process
-    raise SystemExit(launch_local(preset, overrides, num_processes, cpu_devices))
+    if (preset is None) == (resume_dir is None):
+        _fail("give a preset to train, or --resume RUN_DIR (not both)")
+    if resume_dir is not None:
+        resume_distributed(None, overrides)  # fail here, once, rather than in every process
+        train_args = ["--resume", resume_dir, *overrides]
+    else:
+        resolve_config(preset, overrides)
+        train_args = [preset, *overrides]
+    raise SystemExit(launch_local(train_args, num_processes, cpu_devices))
 
 
 def cmd_bench_table(args: argparse.Namespace, overrides: list[str]) -> int:
@@ -321,9 +348,35 @@ def use_cpu_devices(count: int | None) -> None:
     jax.config.update("jax_num_cpu_devices", count)
 
 
+def preset_and_overrides(tokens: list[str], options: tuple[str, ...]) -> tuple[str | None, list[str]]:
+    """A command's optional PRESET and its `--section.field VALUE` overrides, in order.
+
+    argparse would take an override's value for the preset when no preset is given
+    (`train --resume DIR --distributed.process-id 1`): the preset is the first bare word,
+    and only if it comes before every override. `options` (with one value each) are the
+    command's own, parsed by argparse."""
+    preset, overrides, i = None, [], 0
+    while i < len(tokens):
+        token = tokens[i]
+        if token in options:
+            i += 2
+            continue
+        if not token.startswith(tuple(f"{option}=" for option in options)):
+            if preset is None and not overrides and not token.startswith("-"):
+                preset = token
+            else:
+                overrides.append(token)
+        i += 1
+    return preset, overrides
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
-    args, rest = parser.parse_known_args(argv)
+    tokens = list(sys.argv[1:] if argv is None else argv)
+    args, rest = parser.parse_known_args(tokens)
+    if args.command in ("train", "launch-local"):
+        own = ("--resume", "--cpu-devices") + (("-n", "--num-processes") if args.command == "launch-local" else ())
+        args.preset, rest = preset_and_overrides(tokens[tokens.index(args.command) + 1:], own)
     use_cpu_devices(getattr(args, "cpu_devices", None) if args.command in ("train", "bench") else None)
     # EnvPool builds Gymnasium spaces from float64 bounds; Gymnasium warns on every one.
     warnings.filterwarnings("ignore", message=".*precision lowered by casting to float32", category=UserWarning)
@@ -342,7 +395,7 @@ def main(argv: list[str] | None = None) -> None:
         elif args.command == "plot":
             cmd_plot(args)
         elif args.command == "launch-local":
-            cmd_launch_local(args.preset, rest, args.num_processes, args.cpu_devices)
+            cmd_launch_local(args.preset, args.resume, rest, args.num_processes, args.cpu_devices)
         elif args.command == "bench" and args.arch == "table":
             code = cmd_bench_table(args, rest)
         elif args.command == "bench":
@@ -354,14 +407,40 @@ def main(argv: list[str] | None = None) -> None:
     except NonFiniteError as error:
         print(f"podracer: error: {error}", file=sys.stderr)
         raise SystemExit(RUN_FAILED)
+    except DistributedError as error:
+        print(f"podracer: error: {error}", file=sys.stderr)
+        leave_the_run(RUN_FAILED)
     except KeyboardInterrupt:
         print("podracer: interrupted", file=sys.stderr)
         raise SystemExit(130)
     except BrokenPipeError:  # the output was piped into a reader that closed early (`| head`)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit flush is quiet
         raise SystemExit(code)
+    except Exception:
+        if not joined_other_processes():
+            raise
+        traceback.print_exc()  # its notes name the wait on the other processes, if any
+        leave_the_run(RUN_FAILED)
     if code:
         raise SystemExit(code)
+
+
+def joined_other_processes() -> bool:
+    import jax
+
+    return jax.distributed.is_initialized()
+
+
+def leave_the_run(code: int) -> NoReturn:
+    """Exit at once from a multi-process run that failed here (a lost or stuck process, a
+    wait past its deadline): the ordinary exit would first wait in JAX's shutdown barrier
+    for processes that may never come. Those left are stopped by JAX (or their own
+    deadlines) once this one is gone."""
+    if not joined_other_processes():
+        raise SystemExit(code)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""`podracer launch-local -n N PRESET [overrides]`: N local processes of one run.
+"""`podracer launch-local -n N PRESET [overrides]` (or `--resume RUN_DIR`): N local
+processes of one run.
 
 For trying multi-process runs on one machine: a free port on 127.0.0.1 becomes the
 coordinator and each process gets its `--distributed.*` overrides. If one process fails,
@@ -21,22 +22,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def process_command(preset: str, overrides: list[str], port: int, n: int, i: int) -> list[str]:
+def process_command(train_args: list[str], port: int, n: int, i: int) -> list[str]:
+    """`podracer train TRAIN_ARGS` as process `i` of `n`, with the coordinator on `port`."""
     return [
-        sys.executable, "-m", "experiments.cli", "train", preset, *overrides,
+        sys.executable, "-m", "experiments.cli", "train", *train_args,
         "--distributed.coordinator", f"127.0.0.1:{port}",
         "--distributed.num-processes", str(n), "--distributed.process-id", str(i),
     ]
 
 
-def launch_local(preset: str, overrides: list[str], num_processes: int, cpu_devices: int | None) -> int:
-    """Run the processes to completion; returns 0 or the first non-zero exit status."""
+def launch_local(train_args: list[str], num_processes: int, cpu_devices: int | None) -> int:
+    """Run `podracer train TRAIN_ARGS` (a preset and overrides, or `--resume RUN_DIR`) as
+    `num_processes` processes to completion; returns 0 or the first non-zero exit status."""
     env = dict(os.environ)
     if cpu_devices:
         env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={cpu_devices}".strip()
     port = free_port()
     procs = [
-        subprocess.Popen(process_command(preset, overrides, port, num_processes, i), env=env)
+        subprocess.Popen(process_command(train_args, port, num_processes, i), env=env)
         for i in range(num_processes)
     ]
     status = 0

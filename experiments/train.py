@@ -8,16 +8,21 @@ the config saved in its directory; the result is the same as if it had never sto
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import json
 import os
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
+from experiments import startup
+from experiments.signals import StopRequest
+from experiments.watchdog import Watchdog
 from podracer import config as config_lib
 from podracer import distributed
 from podracer.checkpoint import Checkpointer, NoCheckpointError, Progress, checkpoint_dir
-from podracer.config import Config, ConfigError
+from podracer.config import Config, ConfigError, DistributedConfig
+from podracer.distributed import NO_WAITS, Waits
 from podracer.logging import ConsoleProgress, JsonlSink, MultiSink, TensorBoardSink, WandbSink, wandb_available
 
 MetricsCallback = Callable[[dict[str, Any]], None]
@@ -108,17 +113,19 @@ def train(
     Writes `config.run_dir` (default `runs/<name>-<time>`), checkpoints included.
     `console` overrides `config.log.console` (notebooks may prefer False). `should_stop`
     is polled between host calls: when it returns True the run checkpoints and returns
-    with `stopped=True` (`resume(run_dir)` continues it).
+    with `stopped=True` (`resume(run_dir)` continues it). With several processes
+    (`config.distributed`) every process calls it; they agree on the config and the run
+    directory first (see `experiments.startup`), and no wait on another process outlasts
+    `distributed.timeout_s` (see `experiments.watchdog`).
     """
     runner = runner_for(config)
-    distributed.initialize(config.distributed)
-    runner.setup(config)  # raises ConfigError before anything is compiled or written
-    check_logging(config)
-    run_dir = config.run_dir or default_run_dir(name)
-    config = dataclasses.replace(config, run_dir=run_dir)
-    if distributed.is_leader():  # one process writes the run directory
-        prepare_run_dir(run_dir, config)
-    return _run(runner, config, console, on_metrics, should_stop, progress=None)
+    with run_session(config.distributed, should_stop) as waits:
+        timeout_s = config.distributed.timeout_s
+        given = config.run_dir or (default_run_dir(name) if distributed.is_leader() else None)
+        config = startup.agree_on_config(config, given, None, timeout_s)
+        check_setup(runner, config, waits)
+        startup.check_shared_storage(config.run_dir, lambda: prepare_run_dir(config.run_dir, config), timeout_s)
+        return _run(runner, config, console, on_metrics, should_stop, None, waits)
 
 
 def resume(
@@ -126,23 +133,109 @@ def resume(
     console: bool | None = None,
     on_metrics: MetricsCallback | None = None,
     should_stop: Callable[[], bool] | None = None,
+    distributed_config: DistributedConfig | None = None,
 ) -> Any:
     """Continue the run in `run_dir` from its latest checkpoint, with its saved config.
 
     metrics.jsonl continues where the checkpoint left it (rows written after that
     checkpoint are replaced, never duplicated). Raises ConfigError when there is no
-    checkpoint or it does not match the config.
+    checkpoint or it does not match the config. The saved config's `distributed` section
+    describes the session that wrote it; this session's is `distributed_config`
+    (default: one process), so a multi-process run resumes with every process given
+    `run_dir` and its own `--distributed.*` settings.
     """
-    config = dataclasses.replace(load_run_config(run_dir), run_dir=run_dir)
-    runner = runner_for(config)
-    distributed.initialize(config.distributed)
-    runner.setup(config)
-    check_logging(config)
+    dist = distributed_config or DistributedConfig()
+    with run_session(dist, should_stop) as waits:
+        saved, error = startup.attempt(lambda: load_run_config(run_dir))
+        config = dataclasses.replace(saved or _placeholder(), run_dir=run_dir, distributed=dist)
+        config = startup.agree_on_config(config, run_dir, error, dist.timeout_s)
+        runner = runner_for(config)
+        check_setup(runner, config, waits)
+        startup.check_shared_storage(run_dir, lambda: None, dist.timeout_s)
+        with waits.waiting("reading the latest checkpoint"):
+            progress, error = startup.attempt(lambda: latest_progress(run_dir))
+        values = startup.gather("checkpoint", {"updates": getattr(progress, "updates", None), "error": error},
+                                dist.timeout_s)
+        startup.check_same_checkpoint(values, run_dir)
+        return _run(runner, config, console, on_metrics, should_stop, progress, waits)
+
+
+def latest_progress(run_dir: str) -> Progress:
+    """The host counters of the latest complete checkpoint in `run_dir`."""
     with Checkpointer(checkpoint_dir(run_dir), read_only=True) as checkpoints:
         if checkpoints.latest_step() is None:
             raise NoCheckpointError(f"no checkpoint to resume from in {os.path.join(run_dir, 'checkpoints')}")
-        progress = checkpoints.progress()
-    return _run(runner, config, console, on_metrics, should_stop, progress=progress)
+        return checkpoints.progress()
+
+
+def check_setup(runner: Any, config: Config, waits: Waits) -> None:
+    """Step 3 of `experiments.startup`: the runner's checks on every process."""
+    if distributed.process_count() > 1:
+        import jax
+
+        with waits.waiting("every process's devices"):
+            jax.devices()  # every process joins the backend's device exchange here
+    _, error = startup.attempt(lambda: (runner.setup(config), check_logging(config)))
+    startup.gather("setup", {"error": error}, config.distributed.timeout_s)
+
+
+@contextlib.contextmanager
+def run_session(config: DistributedConfig, should_stop: Callable[[], bool] | None) -> Iterator[Waits]:
+    """Join the run's processes; with several, watch every wait on the others (and a stop
+    signal) for the session's duration. Yields the `Waits` that the runner marks."""
+    if not distributed.is_multiprocess(config):
+        distributed.new_session()
+        yield NO_WAITS
+        return
+    watchdog = Watchdog(config.process_id, config.timeout_s, config.stop_timeout_s).start()
+    unlisten = should_stop.listen(watchdog.notice_signal) if isinstance(should_stop, StopRequest) else None
+    try:
+        where = config.coordinator if config.coordinator != "auto" else "the cluster's coordinator"
+        with watchdog.waiting(f"all {config.num_processes} processes to join the run at {where}"):
+            distributed.initialize(config)
+        distributed.new_session()
+        watchdog.connected = True
+        yield watchdog
+    finally:
+        if unlisten is not None:
+            unlisten()
+        watchdog.close()
+
+
+class WatchedCheckpoints:
+    """A `Checkpointer` whose saves and restores are waits on the other processes (orbax
+    synchronises every process around each)."""
+
+    def __init__(self, checkpointer: Checkpointer, waits: Waits):
+        self._checkpointer, self._waits = checkpointer, waits
+
+    def save(self, state: Any, progress: Progress) -> None:
+        with self._waits.waiting(f"the checkpoint of update {progress.updates}"):
+            self._checkpointer.save(state, progress)
+
+    def restore(self, target: Any) -> tuple[Any, Progress]:
+        with self._waits.waiting("restoring the latest checkpoint"):
+            return self._checkpointer.restore(target)
+
+    def latest_step(self) -> int | None:
+        return self._checkpointer.latest_step()
+
+
+def connect_all_devices(timeout_s: float) -> None:
+    if distributed.process_count() > 1:
+        import jax
+
+        from podracer.parallel import make_mesh
+
+        distributed.connect(make_mesh(jax.devices()), timeout_s)
+
+
+def _placeholder() -> Config:
+    """A config to publish while this process could not read the saved one (its error is
+    published with it)."""
+    from experiments.presets import PRESETS
+
+    return next(iter(PRESETS.values()))()
 
 
 def _run(
@@ -152,6 +245,7 @@ def _run(
     on_metrics: MetricsCallback | None,
     should_stop: Callable[[], bool] | None,
     progress: Progress | None,
+    waits: Waits = NO_WAITS,
 ) -> Any:
     run_dir = config.run_dir
     if distributed.is_leader():
@@ -164,11 +258,15 @@ def _run(
         if on_metrics is not None:
             on_metrics(row)
 
-    checkpoints = Checkpointer(checkpoint_dir(run_dir), keep=config.checkpoint.keep)
+    with waits.waiting("every process to connect its devices"):
+        connect_all_devices(config.distributed.timeout_s)  # orbax's barriers span every device
+    with waits.waiting("opening the checkpoint directory"):
+        checkpoints = Checkpointer(checkpoint_dir(run_dir), keep=config.checkpoint.keep)
     try:
-        result = runner.train(config, on_metrics=write, checkpointer=checkpoints, should_stop=should_stop,
-                              resume=progress is not None)
+        result = runner.train(config, on_metrics=write, checkpointer=WatchedCheckpoints(checkpoints, waits),
+                              should_stop=should_stop, resume=progress is not None, waits=waits)
     finally:
-        checkpoints.close()
+        with waits.waiting("closing the checkpoint directory"):
+            checkpoints.close()
         sink.close()
     return result._replace(run_dir=run_dir)

@@ -87,12 +87,21 @@ class CheckpointConfig:
 
 @dataclasses.dataclass(frozen=True)
 class DistributedConfig:
-    """Multi-process settings for `jax.distributed` (unused with one process)."""
+    """Multi-process settings for `jax.distributed` (unused with one process).
+
+    No process waits on the others without a deadline: `timeout_s` bounds every wait at
+    one point of the run (joining, the start-up checks, a host call and its collectives,
+    a checkpoint, the stop agreement), after which the process exits naming the wait and
+    the processes it is missing; `stop_timeout_s` bounds the time from SIGTERM/Ctrl-C to
+    the exit, checkpoint or not.
+    """
 
     coordinator: str = ""  # host:port of process 0, or "auto" (SLURM, TPU pods)
     num_processes: int = 1  # processes in the run (one per host or per GPU)
     process_id: int = 0  # this process, 0 .. num_processes - 1; process 0 writes the run directory
     heartbeat_timeout_s: int = 30  # a silent process fails the run after this long
+    timeout_s: int = 300  # the longest one wait on the other processes may last
+    stop_timeout_s: int = 60  # from a stop signal to the exit, with a checkpoint if the processes agree in time
 
     def __post_init__(self) -> None:
         check(self.num_processes >= 1, "distributed.num_processes", "must be >= 1", self.num_processes)
@@ -102,6 +111,8 @@ class DistributedConfig:
               "distributed.coordinator", "must be host:port (or auto) with several processes", self.coordinator)
         check(self.heartbeat_timeout_s >= 1, "distributed.heartbeat_timeout_s", "must be >= 1",
               self.heartbeat_timeout_s)
+        check(self.timeout_s >= 1, "distributed.timeout_s", "must be >= 1", self.timeout_s)
+        check(self.stop_timeout_s >= 1, "distributed.stop_timeout_s", "must be >= 1", self.stop_timeout_s)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -39,12 +39,15 @@ class RolloutItem(NamedTuple):
     timings:    seconds spent on this rollout waiting for the envs (`env_wait_s`), on
                 inference (`inference_s`), for parameters (`param_wait_s`), and putting the
                 previous rollout into the queue (`queue_wait_s`).
+    started:    `time.perf_counter()` when its first env step began (metrics count its
+                steps from then on, never from when the learner got round to it).
     """
 
     trajectory: Trajectory
     version: int
     episodes: np.ndarray
     timings: dict[str, float]
+    started: float
 
 
 class Rollout(NamedTuple):
@@ -184,10 +187,11 @@ class Actor:
         rollouts = itertools.count() if self.num_rollouts is None else range(self.num_rollouts)
         for i in rollouts:
             params, version, param_wait = self.params.latest(self.first_version + i - self.max_policy_lag, stop)
+            started = time.perf_counter()
             rollout = collect_rollout(env, self.policy_step, params, obs, key, self.rollout_length, stop)
             obs, key = rollout.obs, rollout.key
             timings = {"env_wait_s": rollout.env_wait_s, "inference_s": rollout.inference_s,
                        "param_wait_s": param_wait, "queue_wait_s": queue_wait}
             # With several processes this is this process's part of one global batch.
             trajectory = put_process_batch(rollout.trajectory, self.sharding)
-            queue_wait = put(self.out, RolloutItem(trajectory, version, rollout.episodes, timings), stop)
+            queue_wait = put(self.out, RolloutItem(trajectory, version, rollout.episodes, timings, started), stop)

@@ -21,6 +21,7 @@ from jax.sharding import PartitionSpec as P
 
 from podracer.agents.registry import checked_update
 from podracer.checkpoint import NonFiniteError
+from podracer.distributed import NO_WAITS, Waits
 from podracer.parallel import local_copy, process_sum
 from podracer.types import Agent, AgentState, Metrics, PRNGKey, Trajectory
 from sebulba.actor import RolloutItem
@@ -58,6 +59,10 @@ def make_update_step(agent: Agent, mesh: Mesh) -> UpdateStep:
                   `trajectory_sharding(mesh)`; each device joins its shards along the
                   batch axis (no communication) and runs `agent.update` on them.
     keys:         one key per learner device, sharded over `mesh`.
+
+    `step.compile(state, trajectories, keys)` compiles it ahead for such inputs: the
+    learner does before its first update, so that no wait on the other processes
+    includes compiling.
     """
 
     update = checked_update(agent.update, AXIS)  # metrics already averaged by the agent
@@ -77,12 +82,27 @@ def make_update_step(agent: Agent, mesh: Mesh) -> UpdateStep:
         )
         return sharded(state, trajectories, keys)
 
-    compiled = jax.jit(update_step, donate_argnums=1)
+    jitted = jax.jit(update_step, donate_argnums=1)
+    executable: list[Any] = []  # the program compiled ahead, once `compile` has run
 
     def step(state: AgentState, trajectories: tuple[Trajectory, ...], keys: PRNGKey):
-        return compiled(state.replace(local=None), state.local, trajectories, keys)
+        run = executable[0] if executable else jitted
+        return run(state.replace(local=None), state.local, trajectories, keys)
 
+    def compile_ahead(state: AgentState, trajectories: tuple[Trajectory, ...], keys: PRNGKey) -> None:
+        executable[:] = [jitted.lower(state.replace(local=None), state.local, trajectories, keys).compile()]
+
+    step.compile = compile_ahead  # type: ignore[attr-defined]
     return step
+
+
+def compile_ahead(update_step: UpdateStep, state: AgentState, trajectories: tuple[Trajectory, ...],
+                  keys: PRNGKey) -> None:
+    """Compile `update_step` now for these inputs if it can (`make_update_step`'s can;
+    a stand-in without `compile` compiles at its first call)."""
+    compile_step = getattr(update_step, "compile", None)
+    if compile_step is not None:
+        compile_step(state, trajectories, keys)
 
 
 def device_keys(key: PRNGKey, mesh: Mesh) -> PRNGKey:
@@ -138,7 +158,8 @@ class Learner:
     Between updates it asks every process whether to stop (`stop_requested`, e.g. a
     SIGTERM in any of them), so all processes stop after the same update; `checkpoint`
     is then called with `final=True` (also after the last update), and after every
-    other update with `final=False` (it decides whether one is due).
+    other update with `final=False` (it decides whether one is due). `waits` marks the
+    update and the stop agreement as waits on the other processes.
     """
 
     update_step: UpdateStep
@@ -153,6 +174,7 @@ class Learner:
     stop_requested: Callable[[], bool] = lambda: False
     checkpoint: Callable[["Learner", int, bool], None] = lambda learner, update, final: None
     describe_kept: Callable[[], str] = lambda: "no checkpoint was written"
+    waits: Waits = NO_WAITS
     stopped: bool = False  # set when `stop_requested` ended the run early
     updates: int = 0  # updates applied so far, over every session of the run
 
@@ -168,14 +190,18 @@ class Learner:
             waited = time.perf_counter() - start
             key, step_keys = split(self.key)
             trajectories = tuple(item.trajectory for item in items)
-            state, metrics = self.update_step(self.state, trajectories, step_keys)
-            metrics, finite = jax.device_get((metrics, all_finite(state.params)))
+            if update == self.first_update:
+                compile_ahead(self.update_step, self.state, trajectories, step_keys)
+            with self.waits.waiting(f"update {update + 1}"):
+                state, metrics = self.update_step(self.state, trajectories, step_keys)
+                metrics, finite = jax.device_get((metrics, all_finite(state.params)))
             updated = time.perf_counter()
             check_finite(metrics, bool(finite), update + 1, self.describe_kept())
             self.state, self.key, self.updates = state, key, update + 1
             self.publish(update + 1)
             episodes = sum((item.episodes for item in items), np.zeros(3))
-            shared = process_sum(np.append(episodes, float(self.stop_requested())), self.mesh)
+            with self.waits.waiting(f"the stop agreement after update {update + 1}"):
+                shared = process_sum(np.append(episodes, float(self.stop_requested())), self.mesh)
             self.report(UpdateRecord(
                 update + 1, metrics, items, [update - item.version for item in items],
                 waited, updated - start - waited, sum(q.qsize() for q in self.queues), shared[:3],

@@ -10,6 +10,12 @@ number of trajectories left waiting after each update took its own; `policy_lag`
 `policy_lag_max` how many updates behind the acting parameters were.
 
 Episode statistics count the episodes of every process; timings are this process's.
+
+`sps` counts the env steps of the updates in a row over the time from the previous row
+(or from the start of the earliest rollout they learned from, if earlier: trajectories
+that waited in a queue were collected before the row began) to this one: it never claims
+more steps per second than the actors took. With several processes the rollouts' start
+times are this process's (every process acts alike).
 """
 
 from __future__ import annotations
@@ -53,9 +59,10 @@ class MetricsReporter:
         records, self._records = self._records, []
         now = time.perf_counter()
         update = records[-1].update
+        since = min([self.last_time] + [item.started for r in records for item in r.items])
         row = {
             "env_steps": update * self.steps_per_update,
-            "sps": (update - self.last_update) * self.steps_per_update / max(now - self.last_time, 1e-9),
+            "sps": (update - self.last_update) * self.steps_per_update / max(now - since, 1e-9),
             "wall_s": now - self.start,
             **episode_means(records),
             **agent_means(records),

@@ -14,10 +14,11 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding
 
-from podracer import parallel
+from podracer import distributed, parallel
 from podracer.agents import make_checked_agent
 from podracer.checkpoint import Checkpoints, Progress, describe_kept
 from podracer.config import Config, ConfigError
+from podracer.distributed import NO_WAITS, Waits
 from podracer.envs import UnknownEnvError
 from podracer.envs.host import host_env_specs
 from podracer.types import ActionSpec, Agent, AgentState, BatchShape, ObservationSpec
@@ -102,6 +103,7 @@ def train(
     checkpointer: Checkpoints | None = None,
     should_stop: Callable[[], bool] | None = None,
     resume: bool = False,
+    waits: Waits = NO_WAITS,
 ) -> TrainResult:
     """Train `config.agent` on the host environment `config.env` with Sebulba.
 
@@ -113,15 +115,19 @@ def train(
     saved every `config.checkpoint.every_updates`, on stopping and at the end;
     `resume=True` continues from its latest checkpoint. The environments restart on
     resume: EnvPool's states cannot be saved, so a resumed Sebulba run continues the same
-    learner but not bit for bit the same run (Anakin's resume is exact).
+    learner but not bit for bit the same run (Anakin's resume is exact). `waits` marks
+    the learner's waits on other processes (a multi-process run's deadlines).
     """
     s = setup(config)
+    with waits.waiting("every process to connect its learner devices"):
+        distributed.connect(s.mesh, config.distributed.timeout_s)
     start, progress = initial_learner_state(config, s), Progress()
     if resume:
         if checkpointer is None:
             raise ValueError("resume=True needs a checkpointer")
         start, progress = checkpointer.restore(start)
-    rows, learner = run(config, s, start, on_metrics, should_stop, checkpointer=checkpointer, progress=progress)
+    rows, learner = run(config, s, start, on_metrics, should_stop, checkpointer=checkpointer, progress=progress,
+                        waits=waits)
     return TrainResult(rows, learner.state, s.agent, stopped=learner.stopped,
                        env_steps=learner.updates * s.layout.steps_per_update)
 
@@ -158,7 +164,7 @@ def param_sources(layout: Layout) -> dict[Any, ParamSource]:
 def run(
     config: Config, s: Setup, start: LearnerState, on_metrics: MetricsCallback | None,
     stop_requested: Callable[[], bool] | None = None, *, checkpointer: Checkpoints | None = None,
-    progress: Progress = Progress(),
+    progress: Progress = Progress(), waits: Waits = NO_WAITS,
 ) -> tuple[list[dict[str, Any]], Learner]:
     """Run from `start` (after `progress.updates` updates) to the last update, or until
     `stop_requested()` (e.g. a benchmark's deadline): `(rows, the learner)`, whose `state`
@@ -182,7 +188,7 @@ def run(
         queues=[actor.out for actor in actors], sources=list(sources.values()),
         num_updates=total, report=reporter, first_update=first,
         stop_requested=stop_requested or (lambda: False), checkpoint=checkpoint,
-        describe_kept=lambda: describe_kept(checkpointer),
+        describe_kept=lambda: describe_kept(checkpointer), waits=waits,
     )
     group = ThreadGroup()
     for actor in actors:
