@@ -1,0 +1,65 @@
+"""DQN with PrefixRL's convolutional Q-maps (`torso="prefix_conv"`) on the prefix-adder env."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import anakin
+from anakin import AnakinConfig
+from podracer import networks_prefix
+from podracer.agents import DQNConfig, make_agent
+from podracer.agents import dqn
+from podracer.config import Config, ConfigError, EnvConfig
+from podracer.envs.prefix.env import PrefixAdderEnv
+from podracer.types import DiscreteSpec, ObsSpec
+
+SMALL = dict(torso="prefix_conv", prefix_blocks=1, prefix_channels=8)
+
+
+def env_batch(env: PrefixAdderEnv, n: int, seed: int = 0):
+    """`n` observations of random-start episodes, and the env's specs."""
+    keys = jax.random.split(jax.random.key(seed), n)
+    _, obs = jax.vmap(lambda k: env.reset_env(k, None))(keys)
+    return obs, env.observation_spec(None), env.action_spec(None)
+
+
+@pytest.mark.parametrize("area_weight", [None, 0.3])
+def test_q_values_are_the_scalarised_maps(area_weight):
+    """`[B, 2 N^2]` Q-values: the area and delay maps scalarised with the observed w (w
+    sampled per episode: channel 4), or averaged when w is fixed (not observed)."""
+    env = PrefixAdderEnv(6, area_weight=area_weight, reset="random")
+    obs, obs_spec, action_spec = env_batch(env, 5)
+    config = DQNConfig(**SMALL)
+    network = dqn.make_q_network(config, obs_spec, action_spec)
+    params = network.init(jax.random.key(1), obs.obs[:1])
+    q = network.apply(params, obs.obs)
+    assert q.shape == (5, 2 * 6 * 6)
+    maps = networks_prefix.PrefixQNetwork(1, 8).apply({"params": params["params"]["PrefixQNetwork_0"]}, obs.obs)
+    w = obs.obs[:, 0, 0, 4] if area_weight is None else jnp.full((5,), 0.5)
+    if area_weight is None:
+        assert len(set(np.round(np.asarray(w), 5))) > 1  # the batch really has different weights
+    np.testing.assert_allclose(q, w[:, None] * maps[:, 0] + (1 - w[:, None]) * maps[:, 1], rtol=1e-5, atol=1e-6)
+
+
+def test_acting_respects_the_mask():
+    """Greedy and epsilon-greedy actions (epsilon 1 and 0) are legal in every state."""
+    env = PrefixAdderEnv(6, reset="random")
+    obs, obs_spec, action_spec = env_batch(env, 64)
+    for epsilon in (1.0, 0.0):
+        config = DQNConfig(**SMALL, epsilon_start=epsilon, epsilon_end=epsilon)
+        agent = make_agent(config, obs_spec, action_spec, num_updates=1, axis_name=None)
+        state = agent.init(jax.random.key(0))
+        for action in (agent.act(state.params, obs, jax.random.key(2))[0], agent.greedy_act(state.params, obs)):
+            assert bool(jnp.all(jnp.take_along_axis(obs.action_mask, action[:, None], axis=1))), action
+    # The unmasked greedy choice would often be illegal: the mask does the work.
+    q = dqn.make_q_network(config, obs_spec, action_spec).apply(state.params.online, obs.obs)
+    unmasked = jnp.argmax(q, axis=-1)
+    assert not bool(jnp.all(jnp.take_along_axis(obs.action_mask, unmasked[:, None], axis=1)))
+
+
+def test_prefix_conv_needs_a_prefix_env():
+    with pytest.raises(ConfigError, match="agent.torso"):
+        dqn.make_q_network(DQNConfig(**SMALL), ObsSpec((4,), jnp.float32), DiscreteSpec(2))
+    with pytest.raises(ConfigError, match="agent.prefix_channels"):
+        DQNConfig(torso="prefix_conv", prefix_channels=0)
