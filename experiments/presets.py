@@ -9,6 +9,7 @@ from anakin.config import AnakinConfig
 from experiments.overrides import override
 from experiments.presets_dqn import DQN_PRESETS
 from experiments.presets_impala import IMPALA_PRESETS
+from experiments.presets_prefix import PREFIX_PRESETS
 from experiments.presets_sebulba import SEBULBA_PRESETS
 from podracer.agents import PPOConfig
 from podracer.config import Config, ConfigError, EnvConfig
@@ -40,6 +41,7 @@ PRESETS: dict[str, Callable[[], Config]] = {
     **IMPALA_PRESETS,
     **SEBULBA_PRESETS,
     **DQN_PRESETS,
+    **PREFIX_PRESETS,
 }
 
 

@@ -20,7 +20,7 @@ SMALL = dict(torso="prefix_conv", prefix_blocks=1, prefix_channels=8)
 def env_batch(env: PrefixAdderEnv, n: int, seed: int = 0):
     """`n` observations of random-start episodes, and the env's specs."""
     keys = jax.random.split(jax.random.key(seed), n)
-    _, obs = jax.vmap(lambda k: env.reset_env(k, None))(keys)
+    _, obs = jax.jit(jax.vmap(lambda k: env.reset_env(k, None)))(keys)
     return obs, env.observation_spec(None), env.action_spec(None)
 
 
@@ -33,7 +33,7 @@ def test_q_values_are_the_scalarised_maps(area_weight):
     config = DQNConfig(**SMALL)
     network = dqn.make_q_network(config, obs_spec, action_spec)
     params = network.init(jax.random.key(1), obs.obs[:1])
-    q = network.apply(params, obs.obs)
+    q = jax.jit(network.apply)(params, obs.obs)
     assert q.shape == (5, 2 * 6 * 6)
     maps = networks_prefix.PrefixQNetwork(1, 8).apply({"params": params["params"]["PrefixQNetwork_0"]}, obs.obs)
     w = obs.obs[:, 0, 0, 4] if area_weight is None else jnp.full((5,), 0.5)
@@ -50,7 +50,9 @@ def test_acting_respects_the_mask():
         config = DQNConfig(**SMALL, epsilon_start=epsilon, epsilon_end=epsilon)
         agent = make_agent(config, obs_spec, action_spec, num_updates=1, axis_name=None)
         state = agent.init(jax.random.key(0))
-        for action in (agent.act(state.params, obs, jax.random.key(2))[0], agent.greedy_act(state.params, obs)):
+        actions = (jax.jit(agent.act)(state.params, obs, jax.random.key(2))[0],
+                   jax.jit(agent.greedy_act)(state.params, obs))
+        for action in actions:
             assert bool(jnp.all(jnp.take_along_axis(obs.action_mask, action[:, None], axis=1))), action
     # The unmasked greedy choice would often be illegal: the mask does the work.
     q = dqn.make_q_network(config, obs_spec, action_spec).apply(state.params.online, obs.obs)
