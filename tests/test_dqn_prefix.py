@@ -7,11 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import anakin
 from anakin import AnakinConfig
 from podracer import networks_prefix
-from podracer.agents import DQNConfig, make_agent
-from podracer.agents import dqn
+from podracer.agents import DQNConfig, dqn, make_agent
 from podracer.config import Config, ConfigError, EnvConfig
 from podracer.envs.prefix.env import PrefixAdderEnv
 from podracer.types import DiscreteSpec, ObsSpec
@@ -87,7 +85,8 @@ def test_learns_and_prefix_front_shows_the_run(tmp_path):
     policy then removes cost from the ripple start, more than the untrained one; and
     `show_front(RUN_DIR)` collects its greedy designs over a w sweep into designs.jsonl,
     plots the front and writes it as Verilog."""
-    from experiments import prefix, train as train_lib
+    from experiments import prefix
+    from experiments import train as train_lib
     from podracer.envs.prefix.front import read_designs
 
     run_dir = tmp_path / "run"
