@@ -39,25 +39,12 @@ import optax
 
 from podracer import networks, networks_prefix, ops, parallel
 from podracer.agents import common
-from podracer.agents.dqn_config import DQNConfig
 from podracer.agents.registry import Algorithm
+from podracer.agents.dqn_config import DQNConfig
 from podracer.config import check
 from podracer.replay import ReplaySample, Transition, make_replay
-from podracer.types import (
-    Agent,
-    AgentState,
-    Array,
-    BatchShape,
-    DiscreteSpec,
-    Observation,
-    ObservationSpec,
-    Params,
-    PRNGKey,
-    Trajectory,
-    network_obs_spec,
-    split_mask,
-    zeros_like_spec,
-)
+from podracer.types import (Agent, AgentState, Array, BatchShape, DiscreteSpec, Observation, ObservationSpec, Params,
+                            PRNGKey, Trajectory, network_obs_spec, split_mask, zeros_like_spec)
 
 __all__ = ["DQNConfig", "DQNLearnerState", "DQNParams", "make_dqn", "make_learn_on_batch", "to_transitions"]
 
