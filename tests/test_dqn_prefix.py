@@ -113,3 +113,23 @@ def test_learns_and_prefix_front_shows_the_run(tmp_path):
     assert (run_dir / "front.png").exists() and (run_dir / "front.json").exists()
     assert summary["verilog"] and all(path.endswith(".v") and os.path.exists(path) for path in summary["verilog"])
     assert "module" in open(summary["verilog"][0]).read()
+
+
+@pytest.mark.parametrize("name,bits", [("dqn-prefix16-anakin", 16), ("dqn-prefix16-sebulba", 16),
+                                       ("dqn-prefix32-sebulba", 32)])
+def test_presets_build_the_prefix_agent(name, bits):
+    """Each preset names its prefix-adder env and builds PrefixRL's agent on its specs."""
+    from experiments.presets import PRESETS
+    from podracer.envs.prefix.host_env import parse_host_id
+
+    config = PRESETS[name]()
+    assert config.agent.torso == "prefix_conv" and parse_host_id(config.env.id)["bits"] == bits
+    assert parse_host_id(config.env.id)["synthesis"] == name.endswith("sebulba")
+    env = PrefixAdderEnv(bits)
+    agent = make_agent(config.agent, env.observation_spec(None), env.action_spec(None), num_updates=1,
+                       axis_name=None)
+    params = jax.eval_shape(agent.init, jax.random.key(0)).params.online
+    obs = jax.ShapeDtypeStruct((2, bits, bits, 5), jnp.float32)
+    q = jax.eval_shape(lambda p, o: dqn.make_q_network(config.agent, env.observation_spec(None),
+                                                       env.action_spec(None)).apply(p, o), params, obs)
+    assert q.shape == (2, 2 * bits * bits)
