@@ -70,12 +70,20 @@ def test_prefix_conv_needs_a_prefix_env():
 def greedy_return(env: PrefixAdderEnv, greedy_act, params, area_weight: float) -> float:
     """The cost a greedy episode from the ripple start removes (its return) at weight w."""
 
-    state, obs = env.make_state(env._ripple, jnp.float32(area_weight))
-    start = env.cost(state)
-    step = jax.jit(lambda s, o: env.step_env(None, s, greedy_act(params, jax.tree.map(lambda x: x[None], o))[0], None))
-    for _ in range(env.horizon):
-        state, obs, _, _ = step(state, obs)
-    return float(start - env.cost(state))
+    @jax.jit
+    def episode(params):
+        state, obs = env.make_state(jnp.asarray(env._ripple), jnp.float32(area_weight))
+
+        def step(carry, _):
+            state, obs = carry
+            action = greedy_act(params, jax.tree.map(lambda x: x[None], obs))[0]
+            state, obs, _, _ = env.step_env(None, state, action, None)
+            return (state, obs), None
+
+        (final, _), _ = jax.lax.scan(step, (state, obs), None, length=env.horizon)
+        return env.cost(state) - env.cost(final)
+
+    return float(episode(params))
 
 
 @pytest.mark.slow
