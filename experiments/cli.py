@@ -99,7 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     front = commands.add_parser("prefix-front", help="the Pareto front of a prefix-adder search or run",
                                 description="podracer prefix-front DIR [--out FILE.png]")
-    front.add_argument("run_dir", metavar="DIR", help="a directory with designs.jsonl")
+    front.add_argument("run_dir", metavar="DIR", help="a directory with designs.jsonl, or a prefix-adder training run "
+                       "(its latest checkpoint's greedy designs are collected into DIR/designs.jsonl first)")
     front.add_argument("--out", default=None, metavar="FILE.png", help="the plot (default DIR/front.png)")
     front.add_argument("--json", action="store_true", help="print one JSON object")
 

@@ -5,7 +5,9 @@ Pareto fronts against the classic adders.
     podracer prefix-front runs/anneal32
 
 A baseline writes every design it evaluated to `OUT/designs.jsonl`; `prefix-front DIR`
-reads `DIR/designs.jsonl` (any search or run that writes that file), plots the front
+reads `DIR/designs.jsonl` (any search or run that writes that file; on a training run's
+directory without one, it first collects the designs its greedy policy reaches,
+`experiments.prefix_run`), plots the front
 (area against delay) with the classic adders costed the same way (`DIR/front.png`), writes
 each design on the front as a Verilog module adding two N-bit numbers (`DIR/front/*.v`) and
 a summary with the hypervolume (`DIR/front.json`).
@@ -109,7 +111,12 @@ def plot_front(designs: list[Design], summary: dict[str, Any], path: str, title:
 
 
 def show_front(directory: str, out: str | None = None, pool: RewardPool | None = None) -> dict[str, Any]:
-    """`podracer prefix-front DIR`: plot, Verilog of the front, `front.json`; the summary."""
+    """`podracer prefix-front DIR`: plot, Verilog of the front, `front.json`; the summary.
+    On a training run's directory without `designs.jsonl`, the designs of its latest
+    checkpoint's greedy rollouts are collected first (`experiments.prefix_run`)."""
+    from experiments.prefix_run import collect_run_designs, is_prefix_run
+
+    collected = collect_run_designs(directory) if os.path.isdir(directory) and is_prefix_run(directory) else None
     try:
         designs, model = read_designs(directory)
     except ValueError as error:
@@ -126,6 +133,8 @@ def show_front(directory: str, out: str | None = None, pool: RewardPool | None =
     classics = {name: (float(a), float(d)) for name, (a, d) in zip(classic_adders(bits), classic_costs)}
     summary = summarize_front(designs, classics)
     summary.update(bits=bits, model=model)
+    if collected is not None:
+        summary["collected"] = collected
     front_dir = os.path.join(directory, "front")
     summary["verilog"] = write_verilog_front(front_designs(designs), front_dir)
     summary["plot"] = out or os.path.join(directory, "front.png")

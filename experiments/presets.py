@@ -12,6 +12,7 @@ from experiments.presets_dqn import DQN_PRESETS
 from experiments.presets_impala import IMPALA_PRESETS
 from experiments.presets_minatar import MINATAR_PRESETS
 from experiments.presets_pqn import PQN_PRESETS
+from experiments.presets_prefix import PREFIX_PRESETS
 from experiments.presets_sebulba import SEBULBA_PRESETS
 from podracer.agents import PPOConfig
 from podracer.config import Config, ConfigError, EnvConfig
@@ -46,6 +47,7 @@ PRESETS: dict[str, Callable[[], Config]] = {
     **CONTINUOUS_PRESETS,
     **PQN_PRESETS,
     **MINATAR_PRESETS,
+    **PREFIX_PRESETS,
 }
 
 

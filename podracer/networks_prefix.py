@@ -8,7 +8,10 @@ convolution and residual blocks that keep the N x N resolution, then a 1x1 convo
 environment's, and scalarised with the area weight w: `w Q_area + (1 - w) Q_delay`.
 Having no dense layer, the same parameters serve any adder width N.
 
-Not wired into DQN yet (that needs masked acting and per-objective rewards).
+DQN uses it through `ScalarizedPrefixQNetwork` (`DQNConfig(torso="prefix_conv")`): the two
+maps are scalarised with the w the observation carries (its fifth channel, when w is sampled
+per episode) and trained on the environment's scalarised reward; the maps are not supervised
+per objective (the environments report only the scalarised reward).
 """
 
 from __future__ import annotations
@@ -63,3 +66,19 @@ class PrefixQNetwork(nn.Module):
             x = _Block(self.channels)(x)
         cells = nn.Conv(4, (1, 1), kernel_init=orthogonal(1.0), name="q_maps")(nn.relu(x))
         return q_maps_to_actions(cells)
+
+
+class ScalarizedPrefixQNetwork(nn.Module):
+    """`obs [B, N, N, C] -> q [B, 2 * N * N]`: the area and delay maps of `PrefixQNetwork`
+    scalarised with the observation's w (channel 4, present when the environment samples w per
+    episode). With a fixed-w environment (4 channels) w is not observed and the maps are
+    averaged (w = 0.5): a single scalar Q-map, the run's w being folded into its reward."""
+
+    blocks: int = 4
+    channels: int = 32
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> jax.Array:
+        q = PrefixQNetwork(self.blocks, self.channels)(obs)
+        area_weight = obs[..., 0, 0, 4] if obs.shape[-1] > 4 else jnp.full(obs.shape[:-3], 0.5)
+        return scalarize(q, area_weight)

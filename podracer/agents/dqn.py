@@ -47,14 +47,15 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from podracer import networks, ops, parallel
+from podracer import networks, networks_prefix, ops, parallel
 from podracer.agents import common
 from podracer.agents.registry import Algorithm
 from podracer.agents.dqn_config import DQNConfig
+from podracer.config import check
 from podracer.counters import Count
 from podracer.replay import Replay, ReplaySample, Transition, make_replay
 from podracer.types import (Agent, AgentState, Array, BatchShape, DiscreteSpec, Observation, ObservationSpec, Params,
-                            PRNGKey, Trajectory, split_mask, zeros_like_spec)
+                            PRNGKey, Trajectory, network_obs_spec, split_mask, zeros_like_spec)
 
 __all__ = ["DQNConfig", "DQNLearnerState", "DQNParams", "Step", "chain_targets", "make_dqn", "make_learn_on_batch",
            "sample_transitions", "to_steps", "transitions_at"]
@@ -94,6 +95,15 @@ class Step(NamedTuple):
 
 
 def make_q_network(config: DQNConfig, obs_spec: ObservationSpec, action_spec: DiscreteSpec) -> nn.Module:
+    """The Q-network `config.torso` names; "prefix_conv" is PrefixRL's fully convolutional
+    one and needs a grid observation `[N, N, C]` (C >= 4) with `2 * N * N` actions."""
+    if config.torso == "prefix_conv":
+        shape = tuple(network_obs_spec(obs_spec).shape)
+        fits = len(shape) == 3 and shape[0] == shape[1] and shape[2] >= 4
+        check(fits and action_spec.num_actions == 2 * shape[0] * shape[0], "agent.torso",
+              "'prefix_conv' needs a prefix-adder environment (observation [N, N, C], 2 N^2 actions)",
+              f"{config.torso} with observation {shape} and {action_spec.num_actions} actions")
+        return networks_prefix.ScalarizedPrefixQNetwork(config.prefix_blocks, config.prefix_channels)
     torso = common.make_torso(config.torso, config.hidden_sizes, config.activation, obs_spec)
     return networks.QNetwork(action_spec.num_actions, torso)
 

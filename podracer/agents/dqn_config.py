@@ -10,6 +10,8 @@ from podracer.agents import common
 from podracer.config import check
 from podracer.types import BatchShape
 
+TORSOS = common.TORSOS + ("prefix_conv",)  # DQN's: the shared torsos and PrefixRL's Q-maps
+
 
 @dataclasses.dataclass(frozen=True)
 class DQNConfig:
@@ -48,13 +50,18 @@ class DQNConfig:
     importance_exponent: float = 0.4  # beta when learning starts, annealed linearly to 1 at the run's end
     priority_eps: float = 1e-6  # added to |TD error| so no transition gets priority 0
     unroll_sgd: bool = False  # unroll the gradient steps of an update (faster CNN updates on CPU, longer compile)
-    torso: Literal["mlp", "nature_cnn", "impala_cnn"] = "mlp"
+    # "prefix_conv": PrefixRL's fully convolutional Q-maps (`podracer.networks_prefix`) for
+    # the prefix-adder grid `[N, N, C]` with 2 N^2 actions; hidden_sizes/activation unused.
+    torso: Literal["mlp", "nature_cnn", "impala_cnn", "prefix_conv"] = "mlp"
+    prefix_blocks: int = 4  # residual blocks of the prefix_conv network
+    prefix_channels: int = 32  # convolution channels of the prefix_conv network
     hidden_sizes: tuple[int, ...] = (120, 84)
     activation: Literal["tanh", "relu", "gelu"] = "relu"
 
     def __post_init__(self) -> None:
         positive = ("learning_rate", "adam_eps", "max_grad_norm", "huber_delta", "buffer_size", "batch_size",
-                    "gradient_steps", "n_step", "target_update_period", "epsilon_decay_steps", "priority_eps")
+                    "gradient_steps", "n_step", "target_update_period", "epsilon_decay_steps", "priority_eps",
+                    "prefix_channels")
         for name in positive:
             check(getattr(self, name) > 0, f"agent.{name}", "must be > 0", getattr(self, name))
         check(self.replay_ratio is None or self.replay_ratio > 0, "agent.replay_ratio",
@@ -68,7 +75,8 @@ class DQNConfig:
               self.target_update_tau)
         for name in ("epsilon_start", "epsilon_end", "priority_exponent", "importance_exponent"):
             check(0 <= getattr(self, name) <= 1, f"agent.{name}", "must be in [0, 1]", getattr(self, name))
-        check(self.torso in common.TORSOS, "agent.torso", f"must be one of {common.TORSOS}", self.torso)
+        check(self.torso in TORSOS, "agent.torso", f"must be one of {TORSOS}", self.torso)
+        check(self.prefix_blocks >= 0, "agent.prefix_blocks", "must be >= 0", self.prefix_blocks)
         check(len(self.hidden_sizes) > 0 and min(self.hidden_sizes) > 0,
               "agent.hidden_sizes", "must be positive sizes", self.hidden_sizes)
         check(self.activation in common.ACTIVATIONS, "agent.activation", f"must be one of {common.ACTIVATIONS}",

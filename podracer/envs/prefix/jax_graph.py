@@ -114,7 +114,9 @@ def arrival_times(nodes: Array, fanout_weight: float = 0.0, fan: Array | None = 
         row_times = jnp.where(present, chain, jnp.where(cols == i, start, 0.0))
         return times.at[i].set(row_times), None
 
-    times, _ = lax.scan(row, jnp.zeros((n, n), jnp.float32), jnp.arange(n))
+    # The carry starts as `nodes`-derived zeros so that it varies over a shard_map's axes
+    # exactly as `nodes` does (a constant carry would not match the varying rows).
+    times, _ = lax.scan(row, jnp.zeros((n, n), jnp.float32) + 0.0 * nodes, jnp.arange(n))
     return times
 
 
