@@ -12,10 +12,10 @@ from jax.sharding import PartitionSpec as P
 import anakin
 from anakin import AnakinConfig
 from podracer import parallel
-from podracer.agents import ALGORITHMS, FACTORIES, PQNConfig, make_agent
+from podracer.agents import PQNConfig, algorithm_for, algorithms, make_agent
 from podracer.agents import pqn
 from podracer.config import Config, ConfigError, EnvConfig
-from podracer.types import BoxSpec, DiscreteSpec, ObsSpec
+from podracer.types import BatchShape, BoxSpec, DiscreteSpec, ObsSpec
 from tests.helpers import random_trajectory, tree_allclose
 
 OBS_SPEC, ACTION_SPEC = ObsSpec((4,), jnp.float32), DiscreteSpec(3)
@@ -28,13 +28,13 @@ def test_config_errors_name_the_field():
         with pytest.raises(ConfigError, match=f"agent.{field}"):
             dataclasses.replace(PQNConfig(), **{field: value})
     with pytest.raises(ConfigError, match="agent.num_minibatches"):
-        PQNConfig(num_minibatches=3).check_batch(128)
-    with pytest.raises(ConfigError, match="discrete"):
+        PQNConfig(num_minibatches=3).check_batch(BatchShape(16, 8))
+    with pytest.raises(ConfigError, match="does not support"):
         make_agent(PQNConfig(), OBS_SPEC, BoxSpec((2,), -1.0, 1.0), num_updates=1, axis_name=None)
 
 
 def test_registered_and_greedy_act_is_the_argmax():
-    assert ALGORITHMS["pqn"] is PQNConfig and FACTORIES[PQNConfig] is pqn.make_pqn
+    assert algorithms()["pqn"] is algorithm_for(PQNConfig()) and algorithm_for(PQNConfig()).make is pqn.make_pqn
     agent = make_agent(PQNConfig(), OBS_SPEC, ACTION_SPEC, num_updates=1, axis_name=None)
     state = jax.jit(agent.init)(jax.random.key(0))
     obs = jnp.asarray(np.random.default_rng(0).normal(size=(5, 4)), jnp.float32)
