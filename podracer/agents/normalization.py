@@ -25,14 +25,14 @@ devices, as the parameters do.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 
 from podracer import parallel
 from podracer.ops import discounted_returns
 from podracer.ops import running_stats as rs
-from podracer.types import Agent, AgentState, Array, ObsSpec, Params, PRNGKey, Trajectory
+from podracer.types import Agent, AgentState, Array, MaskedObs, ObsSpec, Params, PRNGKey, Trajectory
 
 
 class NormalizedParams(NamedTuple):
@@ -59,16 +59,23 @@ def with_normalization(
     if not (normalize_observations or scale_rewards):
         return agent
 
+    # Masked observations (`MaskedObs`) keep their legal-action mask; only `obs` is normalised.
+    obs_shape = tuple((obs_spec.obs if isinstance(obs_spec, MaskedObs) else obs_spec).shape)
+
     def init(key: PRNGKey) -> AgentState:
         state = agent.init(key)
         return state.replace(params=NormalizedParams(
             state.params,
-            rs.init_stats(tuple(obs_spec.shape)) if normalize_observations else None,
+            rs.init_stats(obs_shape) if normalize_observations else None,
             rs.init_stats() if scale_rewards else None,
         ))
 
-    def observe(params: NormalizedParams, obs: Array) -> Array:
-        return obs if params.obs_stats is None else rs.normalize(params.obs_stats, obs, obs_clip)
+    def observe(params: NormalizedParams, obs: Any) -> Any:
+        if params.obs_stats is None:
+            return obs
+        if isinstance(obs, MaskedObs):
+            return obs._replace(obs=rs.normalize(params.obs_stats, obs.obs, obs_clip))
+        return rs.normalize(params.obs_stats, obs, obs_clip)
 
     def act(params: NormalizedParams, obs: Array, key: PRNGKey):
         return agent.act(params.network, observe(params, obs), key)
@@ -90,7 +97,7 @@ def with_normalization(
         inner, metrics = agent.update(state.replace(params=params.network), traj, key)
         obs_stats = params.obs_stats
         if obs_stats is not None:
-            obs_stats = rs.update(obs_stats, raw_obs, axis_name)
+            obs_stats = rs.update(obs_stats, raw_obs.obs if isinstance(raw_obs, MaskedObs) else raw_obs, axis_name)
         return inner.replace(params=NormalizedParams(inner.params, obs_stats, return_stats)), metrics
 
     return Agent(init=init, act=act, update=update,
