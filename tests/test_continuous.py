@@ -268,3 +268,29 @@ def test_cli_lists_the_continuous_presets_and_rejects_dqn_on_a_box(capsys, tmp_p
     err = capsys.readouterr().err.strip()
     assert exit_info.value.code == 2 and len(err.splitlines()) == 1
     assert "dqn" in err and "BoxSpec" in err and not run_dir.exists()
+
+
+def test_normalization_keeps_the_legal_action_mask_of_masked_observations():
+    """Only a `MaskedObs`'s `obs` is normalised (and merged into the statistics); its mask
+    reaches the wrapped agent unchanged."""
+    from podracer.agents.normalization import with_normalization
+    from podracer.types import Agent, AgentState, MaskedObs, Trajectory
+
+    def act(params, obs, key):  # hands back what it was given
+        return jnp.zeros(obs.action_mask.shape[:1], jnp.int32), {"obs": obs.obs, "mask": obs.action_mask}
+
+    inner = Agent(init=lambda key: AgentState({}, (), jnp.zeros((), jnp.int32)), act=act,
+                  update=lambda state, traj, key: (state, {}))
+    spec = MaskedObs(ObsSpec((2,), jnp.float32), ObsSpec((3,), jnp.bool_))
+    agent = with_normalization(inner, spec, normalize_observations=True, obs_clip=10.0, scale_rewards=False,
+                               reward_clip=10.0, gamma=0.9, axis_name=None)
+    state = agent.init(jax.random.key(0))
+    values = 3.0 + 2.0 * jax.random.normal(jax.random.key(3), (4, 5, 2))
+    obs = MaskedObs(values, jnp.ones((4, 5, 3), bool).at[..., 1].set(False))
+    traj = Trajectory(obs, jnp.zeros((4, 5), jnp.int32), jnp.zeros((4, 5)), jnp.zeros((4, 5), bool),
+                      jnp.zeros((4, 5), bool), obs, {})
+    state, _ = jax.jit(agent.update)(state, traj, jax.random.key(1))
+    np.testing.assert_allclose(state.params.obs_stats.mean, values.reshape(-1, 2).mean(0), rtol=1e-4)
+    _, seen = jax.jit(agent.act)(state.params, MaskedObs(values[0], obs.action_mask[0]), jax.random.key(2))
+    np.testing.assert_allclose(seen["obs"], rs.normalize(state.params.obs_stats, values[0], 10.0), rtol=1e-5)
+    np.testing.assert_array_equal(seen["mask"], obs.action_mask[0])
