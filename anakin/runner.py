@@ -227,6 +227,11 @@ def _agree_to_stop(stop_here: bool, after: _Call, mesh: jax.sharding.Mesh, waits
     """Whether any process asks to stop after the call `after` (a collective)."""
     last = after.first_update + after.num_updates - 1
     with waits.waiting(f"the stop agreement after update {last}"):
+        if parallel.spans_processes(mesh):
+            # Not while `after` still runs: XLA runs independent programs side by side, and
+            # the collectives of two programs in flight at once pair up differently in
+            # different processes (wrong sums, or orbax's barrier against a gradient).
+            jax.block_until_ready(after.metrics)
         return bool(parallel.process_sum(np.float32(stop_here), mesh) > 0)
 
 

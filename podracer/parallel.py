@@ -79,12 +79,19 @@ def local_copy(tree: Any) -> Any:
     return jax.tree.map(lambda x: x.addressable_data(0), tree)
 
 
+def spans_processes(mesh: Mesh) -> bool:
+    """Whether `mesh` has devices of other processes (its collectives cross processes)."""
+    return not NamedSharding(mesh, P()).is_fully_addressable
+
+
 def process_sum(values: np.ndarray, mesh: Mesh) -> np.ndarray:
     """The sum over processes of every process's `values` (host arrays of one shape), through
     a collective over `mesh`; `values` itself with one process. Every process must call it
-    at the same point of the run (it is a collective)."""
+    at the same point of the run (it is a collective), and not while another program with
+    collectives over `mesh` may still run: collectives of programs in flight together pair
+    up differently in different processes."""
     values = np.asarray(values)
-    if NamedSharding(mesh, P()).is_fully_addressable:
+    if not spans_processes(mesh):
         return values
     here = jax.process_index()
     local = np.zeros((sum(d.process_index == here for d in mesh.devices.flat),) + values.shape, values.dtype)
