@@ -31,10 +31,12 @@ def toy(name="toy", **fields) -> Algorithm:
 
 
 def test_the_builtins_declare_themselves():
-    assert list(algorithms()) == ["ppo", "impala", "dqn"]
-    for name, algorithm in algorithms().items():
+    assert list(algorithms()) == ["ppo", "impala", "dqn", "pqn"]
+    for algorithm in algorithms().values():
         assert algorithm_for(algorithm.config()) is algorithm
-        assert algorithm.masks and DiscreteSpec in algorithm.action_spaces
+        assert DiscreteSpec in algorithm.action_spaces
+    assert [name for name, algorithm in algorithms().items() if algorithm.masks] == ["ppo", "impala", "dqn"]
+    assert [name for name, algorithm in algorithms().items() if BoxSpec in algorithm.action_spaces] == ["ppo"]
     with pytest.raises(ConfigError, match="no algorithm is registered for ToyConfig"):
         algorithm_for(ToyConfig())
 
