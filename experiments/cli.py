@@ -378,6 +378,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.command in ("train", "launch-local"):
         own = ("--resume", "--cpu-devices") + (("-n", "--num-processes") if args.command == "launch-local" else ())
         args.preset, rest = preset_and_overrides(tokens[tokens.index(args.command) + 1:], own)
+        rest = [token for token in rest if token not in ("-h", "--help")]  # a flag, taken by the parser
     use_cpu_devices(getattr(args, "cpu_devices", None) if args.command in ("train", "bench") else None)
     # EnvPool builds Gymnasium spaces from float64 bounds; Gymnasium warns on every one.
     warnings.filterwarnings("ignore", message=".*precision lowered by casting to float32", category=UserWarning)

@@ -27,9 +27,9 @@ POLICIES = ("auto", "greedy", "sample")
 
 
 def algorithm_name(config: Config) -> str:
-    from podracer.agents import ALGORITHMS
+    from podracer.agents import algorithms
 
-    return next((name for name, cls in ALGORITHMS.items() if isinstance(config.agent, cls)),
+    return next((name for name, algorithm in algorithms().items() if isinstance(config.agent, algorithm.config)),
                 type(config.agent).__name__)
 
 
