@@ -120,7 +120,7 @@ def test_dqn_on_a_box_is_a_config_error_naming_both():
     from podracer.config import Config
 
     config = Config(env=EnvConfig("Pendulum-v1"), agent=DQNConfig(), arch=AnakinConfig(num_envs=4))
-    with pytest.raises(ConfigError, match="dqn.*discrete.*BoxSpec"):
+    with pytest.raises(ConfigError, match="dqn does not support.*BoxSpec.*Pendulum-v1"):
         setup(config)
 
 
