@@ -11,8 +11,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from podracer import parallel
-from podracer.agents import Algorithm, PPOConfig, algorithm_for, algorithms, make_ppo, register_algorithm
-from podracer.agents import registry
+from podracer.agents import Algorithm, PPOConfig, algorithm_for, algorithms, make_ppo, register_algorithm, registry
 from podracer.config import Config, ConfigError, EnvConfig, from_dict, to_dict
 from podracer.types import BatchShape, BoxSpec, DiscreteSpec, ObsSpec
 
@@ -31,10 +30,12 @@ def toy(name="toy", **fields) -> Algorithm:
 
 
 def test_the_builtins_declare_themselves():
-    assert list(algorithms()) == ["ppo", "impala", "dqn"]
-    for name, algorithm in algorithms().items():
+    assert list(algorithms()) == ["ppo", "impala", "dqn", "pqn"]
+    for algorithm in algorithms().values():
         assert algorithm_for(algorithm.config()) is algorithm
-        assert algorithm.masks and DiscreteSpec in algorithm.action_spaces
+        assert DiscreteSpec in algorithm.action_spaces
+    assert [name for name, algorithm in algorithms().items() if algorithm.masks] == ["ppo", "impala", "dqn"]
+    assert [name for name, algorithm in algorithms().items() if BoxSpec in algorithm.action_spaces] == ["ppo"]
     with pytest.raises(ConfigError, match="no algorithm is registered for ToyConfig"):
         algorithm_for(ToyConfig())
 
