@@ -59,7 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--episodes", type=int, default=100, help="episodes to run (default 100)")
     evaluate.add_argument("--seed", type=int, default=0, help="evaluation seed (default 0)")
     evaluate.add_argument("--agent-seed", type=int, default=0, help="which of the run's seeds (default 0)")
-    evaluate.add_argument("--sample", action="store_true", help="sample actions instead of the greedy ones (argmax; a Gaussian's mean)")
+    evaluate.add_argument("--sample", action="store_true",
+                          help="sample actions instead of the greedy ones (argmax; a Gaussian's mean)")
     evaluate.add_argument("--json", action="store_true", help="print one JSON object")
     evaluate.add_argument("--video", metavar="FILE", help="write one episode as FILE (.gif or .mp4)")
 
@@ -408,16 +409,16 @@ def main(argv: list[str] | None = None) -> None:
         _fail(str(error))
     except NonFiniteError as error:
         print(f"podracer: error: {error}", file=sys.stderr)
-        raise SystemExit(RUN_FAILED)
+        raise SystemExit(RUN_FAILED) from None
     except DistributedError as error:
         print(f"podracer: error: {error}", file=sys.stderr)
         leave_the_run(RUN_FAILED)
     except KeyboardInterrupt:
         print("podracer: interrupted", file=sys.stderr)
-        raise SystemExit(130)
+        raise SystemExit(130) from None
     except BrokenPipeError:  # the output was piped into a reader that closed early (`| head`)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit flush is quiet
-        raise SystemExit(code)
+        raise SystemExit(code) from None
     except Exception:
         if not joined_other_processes():
             raise

@@ -216,7 +216,8 @@ def _record(env: JaxEnv, policy: Policy, params: Params, key: PRNGKey) -> tuple[
     def step(carry, key):
         inner, obs, ended = carry
         act_key, step_key = jax.random.split(key)
-        action = clip_action(policy(params, jax.tree.map(lambda x: x[None], obs), act_key)[0], env.action_spec(env_params))
+        batch = jax.tree.map(lambda x: x[None], obs)
+        action = clip_action(policy(params, batch, act_key)[0], env.action_spec(env_params))
         next_inner, next_obs, _, terminated = env.step_env(step_key, inner, action, env_params)
         # Once the episode has ended, hold its last state.
         hold = lambda new, old: jnp.where(ended, old, new)  # noqa: E731

@@ -29,8 +29,15 @@ import numpy as np
 
 from podracer.config import ConfigError
 from podracer.envs.prefix.builders import classic_adders
-from podracer.envs.prefix.front import (Design, dominates, front_designs, hypervolume, read_designs,
-                                        write_designs, write_verilog_front)
+from podracer.envs.prefix.front import (
+    Design,
+    dominates,
+    front_designs,
+    hypervolume,
+    read_designs,
+    write_designs,
+    write_verilog_front,
+)
 from podracer.envs.prefix.reward_pool import RewardPool, analytic_cost
 from podracer.envs.prefix.search import METHODS, search
 from podracer.envs.prefix.synthesis import SynthesisUnavailable, find_synthesis

@@ -7,7 +7,6 @@ the learner, which V-trace corrects for.
 from __future__ import annotations
 
 import dataclasses
-
 from typing import Callable
 
 from anakin.config import AnakinConfig

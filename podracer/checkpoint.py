@@ -203,7 +203,8 @@ def from_storable(stored: Any, target: Any) -> Any:
 def leaf_signatures(tree: Any) -> dict[str, list[Any]]:
     """`{path: [shape, dtype]}` for every leaf, to check a checkpoint before reading it."""
     leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
-    return {jax.tree_util.keystr(path): [list(np.shape(x)), str(getattr(x, "dtype", None) or np.asarray(x).dtype)] for path, x in leaves}
+    return {jax.tree_util.keystr(path): [list(np.shape(x)), str(getattr(x, "dtype", None) or np.asarray(x).dtype)]
+            for path, x in leaves}
 
 
 def check_signatures(saved: dict[str, list[Any]], expected: dict[str, list[Any]]) -> None:

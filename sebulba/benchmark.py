@@ -24,8 +24,16 @@ import numpy as np
 from podracer.config import Config
 from podracer.envs.host import make_host_env
 from sebulba.actor import Actor, make_policy_step
-from sebulba.runner import (Setup, actor_seed, initial_learner_state, initial_state, make_actors, param_sources,
-                            run, setup)
+from sebulba.runner import (
+    Setup,
+    actor_seed,
+    initial_learner_state,
+    initial_state,
+    make_actors,
+    param_sources,
+    run,
+    setup,
+)
 from sebulba.threads import ThreadGroup, get
 
 WARMUP_S = 1.0

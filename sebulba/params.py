@@ -8,8 +8,8 @@ from typing import Any
 
 import jax
 
-from sebulba.threads import POLL_S, Stopped
 from podracer.types import Params
+from sebulba.threads import POLL_S, Stopped
 
 
 class ParamSource:

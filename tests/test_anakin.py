@@ -9,8 +9,8 @@ import pytest
 import anakin
 from anakin import AnakinConfig
 from experiments.presets import PRESETS
-from podracer.config import Config, ConfigError, EnvConfig
 from podracer.agents import PPOConfig
+from podracer.config import Config, ConfigError, EnvConfig
 from tests.helpers import tree_allclose
 
 

@@ -34,8 +34,13 @@ from podracer.config import Config, ConfigError, EnvConfig
 from podracer.envs import make_jax_env
 from podracer.types import BoxSpec, DiscreteSpec, MaskedObs
 from sebulba import SebulbaConfig
-from tests.contract_helpers import (anakin_vs_sebulba, learned_policy_ok, one_vs_four_devices, probe_batch,
-                                    rejected_batch)
+from tests.contract_helpers import (
+    anakin_vs_sebulba,
+    learned_policy_ok,
+    one_vs_four_devices,
+    probe_batch,
+    rejected_batch,
+)
 
 SPACES = {"discrete": "ProbeActionReward", "masked": "ProbeMaskedAction", "box": "ProbeContinuousAction"}
 NAMES = list(algorithms())

@@ -14,8 +14,7 @@ from anakin.program import init_state, iteration_keys, make_train_call
 from anakin.rollout import rollout
 from experiments.presets_dqn import DQN_PRESETS
 from podracer import parallel
-from podracer.agents import DQNConfig, algorithm_for, algorithms, make_agent
-from podracer.agents import dqn
+from podracer.agents import DQNConfig, algorithm_for, algorithms, dqn, make_agent
 from podracer.config import Config, ConfigError, EnvConfig
 from podracer.counters import Count
 from podracer.envs import make_jax_env
@@ -76,7 +75,7 @@ def test_gradient_step_on_four_devices_equals_global_batch_on_one(loss):
 
     mesh = parallel.make_mesh(jax.devices()[:4], "d")
     learn = dqn.make_learn_on_batch(config, network, optimizer, "d")
-    without_local_metrics = lambda *args: (lambda o, l, m, td: (o, l, td))(*learn(*args))  # noqa: E731
+    without_local_metrics = lambda *args: (lambda o, learner, m, td: (o, learner, td))(*learn(*args))  # noqa: E731
     four = jax.jit(jax.shard_map(without_local_metrics, mesh=mesh,
                                  in_specs=(P(), P(), P("d")), out_specs=(P(), P(), P("d"))))
     got = four(online, learner, parallel.shard(sample, mesh, P("d")))

@@ -59,7 +59,7 @@ def test_cartpole_every_step_is_a_real_transition(backend):
         env.close()
     lengths = np.zeros(4, int)
     ends = 0
-    for obs, step in steps:
+    for _, step in steps:
         ts = step.timestep
         assert (ts.reward == 1.0).all()
         lengths += 1

@@ -10,10 +10,10 @@ import rlax
 
 from podracer import ops
 from podracer.agents.dqn import DQNConfig, _example_step, to_steps, transitions_at
-from podracer.replay import make_replay
 from podracer.config import EnvConfig
 from podracer.envs import make_jax_env
 from podracer.envs.host import host_env_specs, make_host_env
+from podracer.replay import make_replay
 from podracer.types import BoxSpec, DiscreteSpec, MaskedObs, ObsSpec, Trajectory, zeros_like_spec
 
 A = 5

@@ -186,5 +186,5 @@ def test_a_run_across_processes_survives_a_killed_process_and_stops(arch, tmp_pa
 
     one = train_lib.train(resolve_config(train_args[0], [*train_args[1:], "--run-dir", str(tmp_path / "one")]))
     limit = bench_limit(arch, train_args)
-    for rows in (rows, one.metrics):
-        assert max(row["sps"] for row in rows) <= limit, ([row["sps"] for row in rows], limit)
+    for run_rows in (rows, one.metrics):
+        assert max(row["sps"] for row in run_rows) <= limit, ([row["sps"] for row in run_rows], limit)

@@ -12,8 +12,7 @@ from jax.sharding import PartitionSpec as P
 import anakin
 from anakin import AnakinConfig
 from podracer import parallel
-from podracer.agents import PQNConfig, algorithm_for, algorithms, make_agent
-from podracer.agents import pqn
+from podracer.agents import PQNConfig, algorithm_for, algorithms, make_agent, pqn
 from podracer.config import Config, ConfigError, EnvConfig
 from podracer.types import BatchShape, BoxSpec, DiscreteSpec, ObsSpec
 from tests.helpers import random_trajectory, tree_allclose

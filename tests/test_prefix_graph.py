@@ -13,8 +13,16 @@ import pytest
 from podracer.envs.prefix import graph as G
 from podracer.envs.prefix import jax_graph as J
 from podracer.envs.prefix.builders import brent_kung, classic_adders, kogge_stone, ripple, sklansky
-from podracer.envs.prefix.netlist import (Gate, Netlist, check_adds, netlist, simulate, simulate_blif, to_blif,
-                                          to_verilog)
+from podracer.envs.prefix.netlist import (
+    Gate,
+    Netlist,
+    check_adds,
+    netlist,
+    simulate,
+    simulate_blif,
+    to_blif,
+    to_verilog,
+)
 
 
 def random_graphs(n: int, count: int, seed: int = 0, legal: bool = True) -> list[np.ndarray]:

@@ -84,10 +84,10 @@ def test_missing_yosys_is_one_line_naming_the_apt_packages(monkeypatch):
     with pytest.raises(SynthesisUnavailable, match="apt-get install yosys qflow-tech-osu018") as error:
         prefix_host_specs("PrefixAdderSynth-16")
     assert "\n" not in str(error.value)
-    from podracer.config import ConfigError
-    from sebulba.runner import setup
     from experiments.overrides import apply_overrides
     from experiments.presets import PRESETS
+    from podracer.config import ConfigError
+    from sebulba.runner import setup
 
     config = apply_overrides(PRESETS["dqn-cartpole-sebulba"](), ["--env.id", "PrefixAdderSynth-16"])
     with pytest.raises(ConfigError, match="env.id: synthesis rewards need .* apt-get install yosys"):

@@ -8,14 +8,22 @@ import numpy as np
 import pytest
 
 from experiments.cli import main
+from experiments.prefix import make_pool
 from podracer.envs.prefix import graph as G
 from podracer.envs.prefix import synthesis
 from podracer.envs.prefix.builders import classic_adders, sklansky
-from podracer.envs.prefix.front import (Design, dominates, hypervolume, nodes_from_rows, pareto_front,
-                                        read_designs, write_designs)
+from podracer.envs.prefix.front import (
+    Design,
+    dominates,
+    hypervolume,
+    nodes_from_rows,
+    pareto_front,
+    read_designs,
+    write_designs,
+)
 from podracer.envs.prefix.netlist import check_adds
 from podracer.envs.prefix.search import anneal, random_search
-from experiments.prefix import make_pool
+
 
 def test_pareto_front_and_hypervolume_by_hand():
     points = np.array([[3, 1], [1, 3], [2, 2], [2, 3], [3, 3], [1, 3], [4, 0.5]])

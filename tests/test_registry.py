@@ -11,8 +11,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from podracer import parallel
-from podracer.agents import Algorithm, PPOConfig, algorithm_for, algorithms, make_ppo, register_algorithm
-from podracer.agents import registry
+from podracer.agents import Algorithm, PPOConfig, algorithm_for, algorithms, make_ppo, register_algorithm, registry
 from podracer.config import Config, ConfigError, EnvConfig, from_dict, to_dict
 from podracer.types import BatchShape, BoxSpec, DiscreteSpec, ObsSpec
 

@@ -13,8 +13,8 @@ import pytest
 from experiments.presets_dqn import DQN_PRESETS
 from podracer import parallel
 from podracer.agents import DQNConfig
-from podracer.config import Config, EnvConfig
 from podracer.agents.dqn import Step
+from podracer.config import Config, EnvConfig
 from podracer.replay import make_replay
 from sebulba import SebulbaConfig, setup, train
 from sebulba.learner import device_keys, make_update_step, state_specs, trajectory_sharding

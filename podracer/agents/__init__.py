@@ -13,13 +13,20 @@ from podracer.agents.dqn import DQNConfig, make_dqn
 from podracer.agents.impala import ImpalaConfig, make_impala
 from podracer.agents.ppo import PPOConfig, make_ppo
 from podracer.agents.pqn import PQNConfig, make_pqn
-from podracer.agents.registry import (Algorithm, algorithm_for, algorithms, make_agent, make_checked_agent,
-                                      register_algorithm, unregister_algorithm)
+from podracer.agents.registry import (
+                                      Algorithm,
+                                      algorithm_for,
+                                      algorithms,
+                                      make_agent,
+                                      make_checked_agent,
+                                      register_algorithm,
+                                      unregister_algorithm,
+)
 
 BUILTIN_ALGORITHMS: tuple[Algorithm, ...] = (ppo.ALGORITHM, impala.ALGORITHM, dqn.ALGORITHM, pqn.ALGORITHM)
 
 __all__ = [
-    "Algorithm", "BUILTIN_ALGORITHMS", "DQNConfig", "ImpalaConfig", "PPOConfig", "PQNConfig", "algorithm_for", "algorithms",
-    "make_agent", "make_checked_agent", "make_dqn", "make_impala", "make_ppo", "make_pqn", "register_algorithm",
-    "unregister_algorithm",
+    "Algorithm", "BUILTIN_ALGORITHMS", "DQNConfig", "ImpalaConfig", "PPOConfig", "PQNConfig", "algorithm_for",
+    "algorithms", "make_agent", "make_checked_agent", "make_dqn", "make_impala", "make_ppo", "make_pqn",
+    "register_algorithm", "unregister_algorithm",
 ]

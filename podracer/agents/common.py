@@ -12,8 +12,19 @@ import optax
 from podracer import networks
 from podracer.agents.policies import Categorical, Policy
 from podracer.ops import VTraceOutput, masked_logits, vtrace_td_error_and_advantage
-from podracer.types import (ActionSpec, Array, BoxSpec, Observation, ObservationSpec, Params, PRNGKey,
-                            Trajectory, network_obs_spec, split_mask, zeros_like_spec)
+from podracer.types import (
+    ActionSpec,
+    Array,
+    BoxSpec,
+    Observation,
+    ObservationSpec,
+    Params,
+    PRNGKey,
+    Trajectory,
+    network_obs_spec,
+    split_mask,
+    zeros_like_spec,
+)
 
 TORSOS = ("mlp", "nature_cnn", "impala_cnn", "minatar_cnn")
 ACTIVATIONS = ("tanh", "relu", "gelu")

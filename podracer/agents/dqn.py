@@ -49,13 +49,26 @@ import optax
 
 from podracer import networks, networks_prefix, ops, parallel
 from podracer.agents import common
-from podracer.agents.registry import Algorithm
 from podracer.agents.dqn_config import DQNConfig
+from podracer.agents.registry import Algorithm
 from podracer.config import check
 from podracer.counters import Count
 from podracer.replay import Replay, ReplaySample, Transition, make_replay
-from podracer.types import (Agent, AgentState, Array, BatchShape, DiscreteSpec, Observation, ObservationSpec, Params,
-                            PRNGKey, Trajectory, network_obs_spec, split_mask, zeros_like_spec)
+from podracer.types import (
+    Agent,
+    AgentState,
+    Array,
+    BatchShape,
+    DiscreteSpec,
+    Observation,
+    ObservationSpec,
+    Params,
+    PRNGKey,
+    Trajectory,
+    network_obs_spec,
+    split_mask,
+    zeros_like_spec,
+)
 
 __all__ = ["DQNConfig", "DQNLearnerState", "DQNParams", "Step", "chain_targets", "make_dqn", "make_learn_on_batch",
            "sample_transitions", "to_steps", "transitions_at"]
@@ -326,7 +339,7 @@ def make_dqn(
             for i in range(max_steps):
                 new = body(i, carry)
                 take = i < num_steps
-                carry = jax.tree.map(lambda n, o: o if n is o else jnp.where(take, n, o), new, carry)
+                carry = jax.tree.map(lambda n, o, take=take: o if n is o else jnp.where(take, n, o), new, carry)
         else:
             carry = jax.lax.fori_loop(0, num_steps, body, carry)
         online, learner, local, sums = carry
@@ -363,8 +376,9 @@ def _probe_config() -> DQNConfig:
 
 def _exact_config(config: DQNConfig, batch: BatchShape) -> DQNConfig:
     """One gradient step on a sample that is the whole batch, however it is split (1-step
-    targets, so no step is held back for its successors): with equal priorities, stratified sampling of `N` items from a device holding `N / D` of them takes
-    each exactly `D` times (no sampling noise), and the loss is a mean."""
+    targets, so no step is held back for its successors): with equal priorities, stratified
+    sampling of `N` items from a device holding `N / D` of them takes each exactly `D` times
+    (no sampling noise), and the loss is a mean."""
     n = batch.transitions
     return dataclasses.replace(config, prioritized=True, buffer_size=max(config.buffer_size, n), batch_size=n,
                                gradient_steps=1, replay_ratio=None, learning_starts=0, n_step=1)

@@ -32,8 +32,19 @@ import jax
 from podracer import parallel
 from podracer.ops import discounted_returns
 from podracer.ops import running_stats as rs
-from podracer.types import (Agent, AgentState, Array, MaskedObs, Observation, ObservationSpec, Params, PRNGKey,
-                            Trajectory, network_obs_spec, split_mask)
+from podracer.types import (
+    Agent,
+    AgentState,
+    Array,
+    MaskedObs,
+    Observation,
+    ObservationSpec,
+    Params,
+    PRNGKey,
+    Trajectory,
+    network_obs_spec,
+    split_mask,
+)
 
 
 class NormalizedParams(NamedTuple):

@@ -26,8 +26,18 @@ from podracer.agents.policies import Policy, policy_for
 from podracer.agents.registry import Algorithm
 from podracer.config import check
 from podracer.ops import clipped_surrogate_loss, gae_advantages
-from podracer.types import (ActionSpec, Agent, AgentState, BatchShape, BoxSpec, DiscreteSpec, ObservationSpec, PRNGKey,
-                            Trajectory, split_mask)
+from podracer.types import (
+    ActionSpec,
+    Agent,
+    AgentState,
+    BatchShape,
+    BoxSpec,
+    DiscreteSpec,
+    ObservationSpec,
+    PRNGKey,
+    Trajectory,
+    split_mask,
+)
 
 
 @dataclasses.dataclass(frozen=True)

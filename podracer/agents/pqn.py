@@ -31,8 +31,17 @@ from podracer.agents import common
 from podracer.agents.registry import Algorithm
 from podracer.config import check
 from podracer.counters import Count
-from podracer.types import (Agent, AgentState, Array, BatchShape, DiscreteSpec, ObservationSpec, Params, PRNGKey,
-                            Trajectory)
+from podracer.types import (
+    Agent,
+    AgentState,
+    Array,
+    BatchShape,
+    DiscreteSpec,
+    ObservationSpec,
+    Params,
+    PRNGKey,
+    Trajectory,
+)
 
 
 @dataclasses.dataclass(frozen=True)

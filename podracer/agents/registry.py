@@ -18,8 +18,21 @@ import jax
 
 from podracer.config import ConfigError
 from podracer.parallel import AxisName
-from podracer.types import (Agent, ActionSpec, AgentState, BatchShape, BoxSpec, DiscreteSpec, MaskedObs, Metrics,
-                            ObservationSpec, PRNGKey, Trajectory, UpdateFn, describe_action_spec)
+from podracer.types import (
+    ActionSpec,
+    Agent,
+    AgentState,
+    BatchShape,
+    BoxSpec,
+    DiscreteSpec,
+    MaskedObs,
+    Metrics,
+    ObservationSpec,
+    PRNGKey,
+    Trajectory,
+    UpdateFn,
+    describe_action_spec,
+)
 
 ACTION_SPACES: tuple[type, ...] = (DiscreteSpec, BoxSpec)
 

@@ -1,15 +1,19 @@
 """Pure losses and returns over one trajectory, rlax style (vmap for batches)."""
 
-from podracer.ops.returns import discounted_returns, gae_advantages, lambda_returns
-from podracer.ops.losses import (categorical_log_prob, clipped_surrogate_loss, entropy_loss, legal_or_all,
-                                 masked_logits)
 from podracer.ops.gaussian import gaussian_entropy, gaussian_log_prob, gaussian_sample
-from podracer.ops.vtrace import VTraceOutput, vtrace_td_error_and_advantage
+from podracer.ops.losses import categorical_log_prob, clipped_surrogate_loss, entropy_loss, legal_or_all, masked_logits
 from podracer.ops.qlearning import (
-    double_q_learning_target, epsilon_greedy, huber_loss, masked_argmax, n_step_targets, q_lambda_targets,
-    q_learning_target,
-    td_error,
+                                 double_q_learning_target,
+                                 epsilon_greedy,
+                                 huber_loss,
+                                 masked_argmax,
+                                 n_step_targets,
+                                 q_lambda_targets,
+                                 q_learning_target,
+                                 td_error,
 )
+from podracer.ops.returns import discounted_returns, gae_advantages, lambda_returns
+from podracer.ops.vtrace import VTraceOutput, vtrace_td_error_and_advantage
 
 __all__ = [
     "discounted_returns", "gae_advantages", "lambda_returns", "clipped_surrogate_loss", "entropy_loss",
