@@ -161,6 +161,8 @@ def learned_policy_ok(result: Any, config: Config, space: str) -> None:
     final = result.metrics[-1]["episode_return"]
     if space == "masked":
         obs = MaskedObs(obs, jnp.array([[False, True, True, False], [False, False, True, True]]))
+    if space == "box":  # ProbeContinuousAction observes 2 + s for s = -1, +1
+        obs = obs + 2.0
     agent = result.agent
     if agent.greedy_act is not None:
         action = np.asarray(jax.jit(agent.greedy_act)(params, obs))
@@ -168,7 +170,7 @@ def learned_policy_ok(result: Any, config: Config, space: str) -> None:
         action = np.asarray(jax.jit(agent.act)(params, obs, jax.random.key(0))[0])
     rows = [row["episode_return"] for row in result.metrics]
     if space == "box":
-        # A uniform random action scores about -0.58; the mean action must be near obs / 2.
+        # A uniform random action scores about -0.58; the mean action must be near s / 2.
         np.testing.assert_allclose(action.reshape(2), [-0.5, 0.5], atol=0.15, err_msg=str(rows))
         assert final >= -0.15, rows
     else:
