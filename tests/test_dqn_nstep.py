@@ -194,11 +194,9 @@ def test_sebulba_buffers_hold_true_n_step_targets_across_rollouts():
     """Sebulba, 2 actor threads of 2 Gymnasium environments each, 2 learner devices (each gets
     one environment of each thread), actors one version behind: each device's buffer holds
     continuous streams per environment, and true n-step targets across the rollouts."""
-    from podracer.envs import gymnasium_env
     from sebulba import SebulbaConfig, train
 
     gymnasium.register("PodracerNStepDrift-v0", entry_point=DriftGym, max_episode_steps=5)
-    gymnasium_env.gymnasium_ids.cache_clear()
     config = Config(
         env=EnvConfig("PodracerNStepDrift-v0", backend="gymnasium", max_episode_steps=5), agent=AGENT,
         total_env_steps=4 * 4 * 12,
