@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from podracer.envs import GYMNAX_IDS, Catch, GymnaxEnv, UnknownEnvError, make_jax_env
+from podracer.types import BoxSpec
 
 
 def run(env, actions, key=0):
@@ -77,12 +78,17 @@ def _adapter_and_gymnax(env_id: str, num_steps: int, seed: int):
     reset_key, key = jax.random.split(jax.random.key(seed))
     state, obs = env.reset(reset_key, env.default_params)
     raw_obs, raw_state = raw.reset(reset_key, raw_params)
-    num_actions = env.action_spec(env.default_params).num_actions
+    spec = env.action_spec(env.default_params)
+
+    def random_action(key):  # inside the box for continuous actions, so clipping plays no part
+        if isinstance(spec, BoxSpec):
+            return jax.random.uniform(key, spec.shape, minval=spec.low, maxval=spec.high)
+        return jax.random.randint(key, (), 0, spec.num_actions)
 
     def step(carry, key):
         state, raw_state = carry
         action_key, step_key = jax.random.split(key)
-        action = jax.random.randint(action_key, (), 0, num_actions)
+        action = random_action(action_key)
         state, ts = env.step(step_key, state, action, env.default_params)
         raw_obs, raw_state, reward, terminated, truncated, info = raw.step(step_key, raw_state, action, raw_params)
         return (state, raw_state), (ts, (raw_obs, reward, terminated, truncated, info["final_observation"]))
