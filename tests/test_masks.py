@@ -11,6 +11,7 @@ import rlax
 from podracer import ops
 from podracer.agents.dqn import DQNConfig, _example_step, to_steps, transitions_at
 from podracer.config import EnvConfig
+from podracer.counters import Count
 from podracer.envs import make_jax_env
 from podracer.envs.host import host_env_specs, make_host_env
 from podracer.replay import make_replay
@@ -202,8 +203,7 @@ def test_dqn_loss_bootstraps_from_the_best_legal_action(double_q):
     optimizer = dqn.make_optimizer(config)
     online = network.init(jax.random.key(0), jnp.zeros((1, 3)))
     target = network.init(jax.random.key(1), jnp.zeros((1, 3)))
-    learner = dqn.DQNLearnerState(optimizer.init(online), target, jnp.zeros((), jnp.int32), jnp.zeros(()),
-                                   jnp.zeros((), jnp.int32))
+    learner = dqn.DQNLearnerState(optimizer.init(online), target, Count.zeros(), jnp.zeros(()), Count.zeros())
     rng = np.random.default_rng(6)
     M = 16
     obs, next_obs = (rng.normal(size=(M, 3)).astype(np.float32) for _ in range(2))
