@@ -9,6 +9,7 @@ import rlax
 
 from podracer import ops
 from podracer.agents.dqn import Step, chain_targets
+from podracer.counters import Count
 from podracer.types import Trajectory
 
 
@@ -176,7 +177,7 @@ def test_polyak_target_moves_only_when_due():
     optimizer = dqn.make_optimizer(config)
     online = network.init(jax.random.key(0), jnp.zeros((1, 4)))
     target = network.init(jax.random.key(1), jnp.zeros((1, 4)))
-    zero = jnp.zeros((), jnp.int32)
+    zero = Count.zeros()
     learner = dqn.DQNLearnerState(optimizer.init(online), target, zero, jnp.zeros(()), zero)
     learn = jax.jit(dqn.make_learn_on_batch(config, network, optimizer, None))
     for step in range(1, 5):
@@ -199,7 +200,7 @@ def test_loss_weights_items_by_their_importance_weights():
         network = dqn.make_q_network(config, ObsSpec((4,), jnp.float32), DiscreteSpec(3))
         optimizer = dqn.make_optimizer(config)
         online = network.init(jax.random.key(0), jnp.zeros((1, 4)))
-        zero = jnp.zeros((), jnp.int32)
+        zero = Count.zeros()
         learner = dqn.DQNLearnerState(optimizer.init(online), network.init(jax.random.key(1), jnp.zeros((1, 4))),
                                       zero, jnp.zeros(()), zero)
         learn = jax.jit(dqn.make_learn_on_batch(config, network, optimizer, None))
