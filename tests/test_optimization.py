@@ -8,6 +8,7 @@ import optax
 import pytest
 
 from podracer.agents import ImpalaConfig, PPOConfig, make_agent
+from podracer.ops import clipped_value_loss
 from podracer.types import DiscreteSpec, ObsSpec, Trajectory
 
 pytestmark = pytest.mark.timeout(120)
@@ -34,26 +35,46 @@ def zero_value_head(params):
     return {**params, "params": {**params["params"], "value": value}}
 
 
-@pytest.mark.parametrize("clip_value", [True, False])
-def test_ppo_value_loss_is_clipped_around_the_old_values(clip_value):
-    """With `V = 0` everywhere, one transition per env and rewards `r`, every target is `r`:
-    the first SGD step's value loss is `0.5 mean(max((V - r)^2, (V_clip - r)^2))` with
-    `V_clip = V_old + clip(V - V_old, -eps, eps)` around the values the actor recorded,
-    and `0.5 mean((V - r)^2)` without clipping."""
-    B, eps = 16, 0.2
-    old = np.linspace(-1.0, 1.0, B).astype(np.float32)  # half within eps of V = 0, half beyond
+def test_clipped_value_loss_follows_the_formula_and_stops_the_gradient_past_eps():
+    """`0.5 mean(max((V - R)^2, (V_clip - R)^2))`, `V_clip = V_old + clip(V - V_old, -eps, eps)`;
+    a sample whose value moved more than eps towards its target contributes no gradient,
+    one that moved away from it keeps the unclipped gradient."""
+    eps = 0.2
+    old = np.array([0.0, 0.0, 0.0, 0.0], np.float32)
+    value = np.array([0.1, 0.5, -0.5, 0.5], np.float32)
+    target = np.array([1.0, 1.0, 1.0, -1.0], np.float32)
+    clipped = old + np.clip(value - old, -eps, eps)
+    expected = 0.5 * np.mean(np.maximum(np.square(value - target), np.square(clipped - target)))
+    np.testing.assert_allclose(clipped_value_loss(value, old, target, eps), expected, rtol=1e-6)
+    np.testing.assert_allclose(clipped_value_loss(value, old, target, None), 0.5 * np.mean(np.square(value - target)),
+                               rtol=1e-6)
+    grad = jax.grad(clipped_value_loss)(jnp.asarray(value), old, target, eps)
+    # within eps: unclipped gradient; 0.5 towards 1.0 (past eps): none; -0.5 away from 1.0, 0.5 away from -1.0: unclipped
+    np.testing.assert_allclose(grad, (value - target) / 4 * np.array([1, 0, 1, 1]), rtol=1e-6)
+
+
+def test_ppo_clips_its_value_around_the_learners_values_at_the_start_of_the_update():
+    """The clip is centred on `V_k`, the learner's values when the update starts (GAE's),
+    not on the values a lagging actor recorded. With `V_k = 0` and recorded values far from 0,
+    the first SGD step's loss is the unclipped `0.5 mean(r^2)`, clipped or not; from the second
+    step, where V has moved, clipping can only raise the loss."""
+    B, eps = 16, 0.05
+    old = np.linspace(-1.0, 1.0, B).astype(np.float32)  # what a lagging actor recorded
     traj = one_step_trajectory(0, B, old)
-    config = PPOConfig(num_epochs=1, num_minibatches=1, clip_eps=eps, clip_value=clip_value, hidden_sizes=(8,))
-    agent = make_agent(config, OBS_SPEC, ACTION_SPEC, num_updates=4, axis_name=None)
-    state = jax.jit(agent.init)(jax.random.key(0))
-    state = state.replace(params=zero_value_head(state.params))
-    _, metrics = jax.jit(agent.update)(state, traj, jax.random.key(1))
     r = traj.reward[0]
-    unclipped = np.square(0.0 - r)
-    clipped = np.square(old + np.clip(0.0 - old, -eps, eps) - r)
-    expected = 0.5 * np.mean(np.maximum(unclipped, clipped) if clip_value else unclipped)
-    np.testing.assert_allclose(metrics["value_loss"], expected, rtol=1e-5)
-    assert abs(np.mean(np.maximum(unclipped, clipped)) - np.mean(unclipped)) > 0.1  # clipping matters here
+    losses = {}
+    for clip_value in (True, False):
+        for epochs in (1, 3):
+            config = PPOConfig(num_epochs=epochs, num_minibatches=1, clip_eps=eps, clip_value=clip_value,
+                               learning_rate=3e-2, anneal_lr=False, hidden_sizes=(8,))
+            agent = make_agent(config, OBS_SPEC, ACTION_SPEC, num_updates=4, axis_name=None)
+            state = jax.jit(agent.init)(jax.random.key(0))
+            state = state.replace(params=zero_value_head(state.params))
+            _, metrics = jax.jit(agent.update)(state, traj, jax.random.key(1))
+            losses[clip_value, epochs] = float(metrics["value_loss"])
+    for clip_value in (True, False):
+        np.testing.assert_allclose(losses[clip_value, 1], 0.5 * np.mean(np.square(r)), rtol=1e-5)
+    assert losses[True, 3] > losses[False, 3] + 1e-4, losses
 
 
 def with_schedule_count(opt_state, count: int):

@@ -66,6 +66,21 @@ def make_torso(
     raise ValueError(f"unknown torso {torso!r}; choose one of {TORSOS}")
 
 
+def learning_rate(lr: float, anneal: bool, num_steps: int) -> float | optax.Schedule:
+    """`lr`, or with `anneal` a linear decay from `lr` to 0 over `num_steps` optimizer steps
+    that is exactly 0 from step `num_steps` on: `lr * max(N - count, 0) / N`, with the
+    difference taken in integers (optax's `1 - count / N` can leave a step of one ulp)."""
+    if not anneal:
+        return lr
+    n = max(1, int(num_steps))
+
+    def schedule(count: Array) -> Array:
+        remaining = jnp.maximum(n - count, 0).astype(jnp.float32)
+        return lr * remaining / n
+
+    return schedule
+
+
 def init_params(network: nn.Module, key: PRNGKey, obs_spec: ObservationSpec) -> Params:
     """The network's parameters, from a zero batch of the observations it sees."""
     return network.init(key, zeros_like_spec(network_obs_spec(obs_spec), (1,)))

@@ -88,8 +88,7 @@ def make_optimizer(config: ImpalaConfig, num_steps: int) -> optax.GradientTransf
     (not 0) and epsilon is added inside the square root, `g / sqrt(ms + eps)`; optax's
     `initial_scale=1.0` and `eps_in_sqrt=True` give the same steps (from 0, the first steps
     would be up to `1 / sqrt(1 - decay)` = 10x larger)."""
-    lr = optax.linear_schedule(config.learning_rate, 0.0, max(1, num_steps)) if config.anneal_lr \
-        else config.learning_rate
+    lr = common.learning_rate(config.learning_rate, config.anneal_lr, num_steps)
     if config.optimizer == "rmsprop":
         base = optax.rmsprop(lr, decay=config.rmsprop_decay, eps=config.rmsprop_eps, initial_scale=1.0,
                              eps_in_sqrt=True)

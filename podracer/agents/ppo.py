@@ -25,7 +25,7 @@ from podracer.agents.normalization import with_normalization
 from podracer.agents.policies import Policy, policy_for
 from podracer.agents.registry import Algorithm
 from podracer.config import check
-from podracer.ops import clipped_surrogate_loss, gae_advantages
+from podracer.ops import clipped_surrogate_loss, clipped_value_loss, gae_advantages
 from podracer.types import (
     ActionSpec,
     Agent,
@@ -128,10 +128,7 @@ def make_ppo(
         obs_spec, action_spec, config.log_std_init,
     )
     steps_per_update = config.num_epochs * config.num_minibatches
-    if config.anneal_lr:
-        lr = optax.linear_schedule(config.learning_rate, 0.0, max(1, num_updates * steps_per_update))
-    else:
-        lr = config.learning_rate
+    lr = common.learning_rate(config.learning_rate, config.anneal_lr, num_updates * steps_per_update)
     optimizer = optax.chain(
         optax.clip_by_global_norm(config.max_grad_norm),
         optax.adam(lr, eps=config.adam_eps),
@@ -146,11 +143,7 @@ def make_ppo(
         if config.normalize_advantages:
             advantage = _normalize(advantage, axis_name)
         pg_loss = clipped_surrogate_loss(log_ratio, advantage, config.clip_eps)
-        value_loss = jnp.square(value - target)
-        if config.clip_value:
-            clipped = old_value + jnp.clip(value - old_value, -config.clip_eps, config.clip_eps)
-            value_loss = jnp.maximum(value_loss, jnp.square(clipped - target))
-        value_loss = 0.5 * jnp.mean(value_loss)
+        value_loss = clipped_value_loss(value, old_value, target, config.clip_eps if config.clip_value else None)
         entropy = policy.entropy(out)
         loss = pg_loss + config.value_coef * value_loss - config.entropy_coef * entropy
         ratio = jnp.exp(log_ratio)

@@ -104,8 +104,7 @@ def make_q_network(config: PQNConfig, obs_spec: ObservationSpec, action_spec: Di
 def make_optimizer(config: PQNConfig, num_steps: int) -> optax.GradientTransformation:
     """Global-norm clipping, then RAdam (purejaxql's) or Adam, optionally decayed to 0 over
     `num_steps` gradient steps."""
-    lr = optax.linear_schedule(config.learning_rate, 0.0, max(1, num_steps)) if config.anneal_lr \
-        else config.learning_rate
+    lr = common.learning_rate(config.learning_rate, config.anneal_lr, num_steps)
     base = optax.radam if config.optimizer == "radam" else optax.adam
     return optax.chain(optax.clip_by_global_norm(config.max_grad_norm), base(lr, eps=config.adam_eps))
 

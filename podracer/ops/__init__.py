@@ -1,7 +1,14 @@
 """Pure losses and returns over one trajectory, rlax style (vmap for batches)."""
 
 from podracer.ops.gaussian import gaussian_entropy, gaussian_log_prob, gaussian_sample
-from podracer.ops.losses import categorical_log_prob, clipped_surrogate_loss, entropy_loss, legal_or_all, masked_logits
+from podracer.ops.losses import (
+                                 categorical_log_prob,
+                                 clipped_surrogate_loss,
+                                 clipped_value_loss,
+                                 entropy_loss,
+                                 legal_or_all,
+                                 masked_logits,
+)
 from podracer.ops.qlearning import (
                                  double_q_learning_target,
                                  epsilon_greedy,
@@ -16,7 +23,8 @@ from podracer.ops.returns import discounted_returns, gae_advantages, lambda_retu
 from podracer.ops.vtrace import VTraceOutput, vtrace_td_error_and_advantage
 
 __all__ = [
-    "discounted_returns", "gae_advantages", "lambda_returns", "clipped_surrogate_loss", "entropy_loss",
+    "discounted_returns", "gae_advantages", "lambda_returns", "clipped_surrogate_loss", "clipped_value_loss",
+    "entropy_loss",
     "categorical_log_prob", "legal_or_all", "masked_logits", "masked_argmax", "gaussian_entropy",
     "gaussian_log_prob", "gaussian_sample",
     "VTraceOutput", "vtrace_td_error_and_advantage",

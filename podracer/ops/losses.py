@@ -54,3 +54,19 @@ def clipped_surrogate_loss(
     unclipped = ratio * advantages
     clipped = jnp.clip(ratio, 1.0 - epsilon, 1.0 + epsilon) * advantages
     return -jnp.mean(jnp.minimum(unclipped, clipped))
+
+
+def clipped_value_loss(value: Array, old_value: Array, target: Array, epsilon: float | Array | None) -> Array:
+    """PPO's value loss, clipped around the values at the start of the update (as in
+    OpenAI baselines' `ppo2` and CleanRL).
+
+    value, old_value, target: `[N]`. With `epsilon` None, `0.5 mean((V - target)^2)`; else
+    `0.5 mean(max((V - target)^2, (V_clip - target)^2))` with
+    `V_clip = old_value + clip(V - old_value, -eps, eps)`: once the value has moved more than
+    `eps` towards its target, that sample's gradient is 0.
+    """
+    loss = jnp.square(value - target)
+    if epsilon is not None:
+        clipped = old_value + jnp.clip(value - old_value, -epsilon, epsilon)
+        loss = jnp.maximum(loss, jnp.square(clipped - target))
+    return 0.5 * jnp.mean(loss)
