@@ -18,7 +18,7 @@ from podracer.agents import make_checked_agent
 from podracer.checkpoint import Checkpoints, NonFiniteError, Progress, describe_kept, finite_per_seed
 from podracer.config import Config, ConfigError, check
 from podracer.distributed import NO_WAITS, Waits
-from podracer.envs import JaxEnv, UnknownEnvError, make_jax_env
+from podracer.envs import JaxEnv, UnknownEnvError, make_configured_jax_env
 from podracer.types import Agent, BatchShape
 
 MetricsCallback = Callable[[dict[str, Any]], None]
@@ -129,7 +129,7 @@ def setup(config: Config) -> Setup:
     if not isinstance(config.arch, AnakinConfig):
         raise ConfigError(f"arch must be an AnakinConfig for the Anakin runner, got {type(config.arch).__name__}")
     try:
-        env = make_jax_env(config.env.id)
+        env = make_configured_jax_env(config.env)
     except UnknownEnvError as error:
         raise ConfigError(f"env.id: {error}") from None
     devices = select_devices(config.arch.devices)

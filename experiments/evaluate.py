@@ -24,7 +24,7 @@ from experiments.train import load_run_config
 from podracer.agents import make_agent
 from podracer.checkpoint import Checkpointer, NoCheckpointError, checkpoint_dir
 from podracer.config import Config, ConfigError
-from podracer.envs import JaxEnv, UnknownEnvError, make_jax_env
+from podracer.envs import JaxEnv, UnknownEnvError, make_configured_jax_env
 from podracer.envs.base import clip_action
 from podracer.envs.render import can_render
 from podracer.types import ActionSpec, Array, BoxSpec, ObservationSpec, Params, PRNGKey, network_obs_spec, split_mask
@@ -85,7 +85,7 @@ def evaluate(
 
 def _make_env(config: Config) -> JaxEnv:
     try:
-        return make_jax_env(config.env.id)
+        return make_configured_jax_env(config.env)
     except UnknownEnvError as error:
         raise ConfigError(f"env.id: {error}") from None
 

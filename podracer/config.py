@@ -30,8 +30,9 @@ HOST_BACKENDS = ("auto", "envpool", "gymnasium", "jax")
 class EnvConfig:
     """Which environment, and how host environments are wrapped (Sebulba).
 
-    Every field but `id` concerns host environments only (`podracer.envs.make_host_env`);
-    the Atari fields apply to EnvPool's Atari games and are ignored elsewhere.
+    Every field but `id` and `observe` concerns host environments only
+    (`podracer.envs.make_host_env`); the Atari fields apply to EnvPool's Atari games and are
+    ignored elsewhere. `observe` applies to every environment (`podracer.envs.observe`).
     """
 
     id: str = "CartPole-v1"  # environment id: a JAX env (Anakin) or an EnvPool/Gymnasium/JAX id (Sebulba)
@@ -43,6 +44,7 @@ class EnvConfig:
     noop_max: int = 30  # Atari: up to this many no-op actions after a reset
     frame_skip: int = 4  # Atari: each action is repeated this many frames (max-pooled)
     frame_stack: int = 4  # Atari: observations stack this many 84x84 grayscale frames
+    observe: tuple[int, ...] = ()  # keep only these entries of a vector observation, e.g. 0,2 (empty: all)
 
     def __post_init__(self) -> None:
         check(bool(self.id), "env.id", "must be a non-empty environment id", self.id)
@@ -54,6 +56,8 @@ class EnvConfig:
         check(self.noop_max >= 0, "env.noop_max", "must be >= 0", self.noop_max)
         check(self.frame_skip >= 1, "env.frame_skip", "must be >= 1", self.frame_skip)
         check(self.frame_stack >= 1, "env.frame_stack", "must be >= 1", self.frame_stack)
+        check(all(isinstance(i, int) and i >= 0 for i in self.observe) and len(set(self.observe)) == len(self.observe),
+              "env.observe", "must be distinct indices >= 0", self.observe)
 
 
 @dataclasses.dataclass(frozen=True)

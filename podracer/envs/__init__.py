@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import difflib
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from podracer.envs.base import EnvState, JaxEnv
 from podracer.envs.brax_env import BRAX_IDS
@@ -11,8 +11,11 @@ from podracer.envs.catch import Catch
 from podracer.envs.gymnax_env import GYMNAX_IDS, GymnaxEnv, make_gymnax_env
 from podracer.envs.probes import PROBES
 
-__all__ = ["EnvState", "JaxEnv", "Catch", "GymnaxEnv", "make_jax_env", "jax_env_ids", "register_jax_env",
-           "UnknownEnvError"]
+if TYPE_CHECKING:
+    from podracer.config import EnvConfig
+
+__all__ = ["EnvState", "JaxEnv", "Catch", "GymnaxEnv", "make_jax_env", "make_configured_jax_env", "jax_env_ids",
+           "register_jax_env", "UnknownEnvError"]
 
 
 class UnknownEnvError(ValueError):
@@ -82,3 +85,14 @@ def make_jax_env(env_id: str) -> JaxEnv:
         except ImportError as error:
             raise UnknownEnvError(str(error)) from None
     raise unknown_env_error(env_id, jax_env_ids(), "JAX")
+
+
+def make_configured_jax_env(env_config: EnvConfig) -> JaxEnv:
+    """The JAX environment an `EnvConfig` describes: `make_jax_env(env_config.id)`, showing
+    the agent only `env_config.observe` where that is set (`podracer.envs.observe`)."""
+    env = make_jax_env(env_config.id)
+    if env_config.observe:
+        from podracer.envs.observe import ObservedJaxEnv
+
+        env = ObservedJaxEnv(env, env_config.observe, env_config.id)
+    return env

@@ -173,6 +173,15 @@ def host_env_specs(env_config: EnvConfig) -> tuple[ObservationSpec, ActionSpec]:
     A prefix adder's observation spec is a `MaskedObs` of `ObsSpec`s; asking for synthesis
     rewards where Yosys is missing raises `SynthesisUnavailable` (a ValueError, one line).
     """
+    obs_spec, action_spec = _backend_specs(env_config)
+    if env_config.observe:
+        from podracer.envs.observe import observed_spec
+
+        obs_spec = observed_spec(obs_spec, env_config.observe, env_config.id)
+    return obs_spec, action_spec
+
+
+def _backend_specs(env_config: EnvConfig) -> tuple[ObservationSpec, ActionSpec]:
     from podracer.envs import envpool_env, gymnasium_env, jax_host
 
     backend = host_backend(env_config)
@@ -191,7 +200,17 @@ def make_host_env(env_config: EnvConfig, num_envs: int, seed: int, num_threads: 
     """A batch of `num_envs` host environments for `env_config` (EnvPool, else Gymnasium).
 
     num_threads: EnvPool worker threads (0: EnvPool's default); ignored by the others.
+    With `env_config.observe`, observations keep only those entries (`podracer.envs.observe`).
     """
+    env = _make_backend_env(env_config, num_envs, seed, num_threads)
+    if env_config.observe:
+        from podracer.envs.observe import ObservedHostEnv
+
+        env = ObservedHostEnv(env, env_config.observe, env_config.id)
+    return env
+
+
+def _make_backend_env(env_config: EnvConfig, num_envs: int, seed: int, num_threads: int) -> HostEnv:
     from podracer.envs import envpool_env, gymnasium_env, jax_host
 
     backend = host_backend(env_config)
