@@ -115,9 +115,10 @@ def one_vs_four_devices(algorithm: Algorithm, env_id: str) -> None:
         np.testing.assert_allclose(metrics_4["loss"], metrics_1["loss"], rtol=1e-5, atol=1e-6)
 
 
-def anakin_vs_sebulba(algorithm: Algorithm, env_id: str, max_updates: int = 40) -> None:
+def anakin_vs_sebulba(algorithm: Algorithm, env_id: str, max_updates: int = 40, agent_config: Any = None) -> None:
     T, envs_per_device = 8, 2
-    config = Config(env=EnvConfig(env_id), agent=algorithm.default_probe_config(), total_env_steps=10**6,
+    agent_config = algorithm.default_probe_config() if agent_config is None else agent_config
+    config = Config(env=EnvConfig(env_id), agent=agent_config, total_env_steps=10**6,
                     arch=AnakinConfig(num_envs=2 * envs_per_device, rollout_length=T, devices=(0, 1),
                                       updates_per_call=1))
     a = anakin_runner.setup(config)

@@ -19,6 +19,7 @@ import optax
 from podracer import parallel
 from podracer.agents import common
 from podracer.agents.registry import Algorithm
+from podracer.agents.replay_mixing import check_replay, with_replay
 from podracer.config import check
 from podracer.ops import categorical_log_prob, entropy_loss
 from podracer.types import Agent, AgentState, BatchShape, DiscreteSpec, ObservationSpec, PRNGKey, Trajectory
@@ -48,6 +49,8 @@ class ImpalaConfig:
     activation: Literal["tanh", "relu", "gelu"] = "tanh"  # MLP activation
     shared_torso: bool = False  # one body for policy and value (else two)
     unroll_sgd: bool = False  # unroll epochs and minibatches (faster CNN updates on CPU)
+    replay_fraction: float = 0.0  # share of each update's sequences replayed from the device's buffer (0: none)
+    replay_capacity: int = 100_000  # steps held by each learner device's sequence buffer (with replay)
 
     def __post_init__(self) -> None:
         check(self.learning_rate > 0, "agent.learning_rate", "must be > 0", self.learning_rate)
@@ -71,14 +74,19 @@ class ImpalaConfig:
               "agent.hidden_sizes", "must be positive sizes", self.hidden_sizes)
         check(self.activation in common.ACTIVATIONS, "agent.activation", f"must be one of {common.ACTIVATIONS}",
               self.activation)
+        check(0 <= self.replay_fraction < 1, "agent.replay_fraction", "must be in [0, 1)", self.replay_fraction)
+        check(self.replay_capacity >= 1, "agent.replay_capacity", "must be >= 1", self.replay_capacity)
 
     def check_batch(self, batch: BatchShape) -> None:
         """Raise ConfigError unless one device's `B` environments split into
         `num_minibatches` minibatches of whole sequences (the loss needs whole `[T]`
         sequences, so minibatches split the environments, not time)."""
-        check(batch.envs_per_device % self.num_minibatches == 0, "agent.num_minibatches",
-              f"must divide the {batch.envs_per_device} environments of each device (minibatches are whole "
-              "sequences)", self.num_minibatches)
+        envs = batch.envs_per_device
+        if self.replay_fraction > 0:
+            envs += check_replay(self.replay_fraction, self.replay_capacity, batch)
+        check(envs % self.num_minibatches == 0, "agent.num_minibatches",
+              f"must divide the {envs} sequences of each device's update (minibatches are whole sequences; "
+              "replayed ones included)", self.num_minibatches)
 
 
 def make_optimizer(config: ImpalaConfig, num_steps: int) -> optax.GradientTransformation:
@@ -156,8 +164,9 @@ def make_impala(
         metrics = parallel.pmean(metrics, axis_name)
         return AgentState(params, opt_state, state.update_count + 1), metrics
 
-    return Agent(init=init, act=common.make_sampling_act(network), update=update,
-                 greedy_act=common.make_greedy_act(network))
+    agent = Agent(init=init, act=common.make_sampling_act(network), update=update,
+                  greedy_act=common.make_greedy_act(network))
+    return with_replay(agent, config.replay_fraction, config.replay_capacity, obs_spec, axis_name)
 
 
 def _probe_config() -> ImpalaConfig:

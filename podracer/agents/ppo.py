@@ -24,6 +24,7 @@ from podracer.agents import common
 from podracer.agents.normalization import with_normalization
 from podracer.agents.policies import Policy, policy_for
 from podracer.agents.registry import Algorithm
+from podracer.agents.replay_mixing import check_replay, with_replay
 from podracer.config import check
 from podracer.ops import clipped_surrogate_loss, clipped_value_loss, gae_advantages
 from podracer.types import (
@@ -58,7 +59,7 @@ class PPOConfig:
     clip_rho_threshold: float = 1.0  # V-trace's rho-bar of the value targets
     clip_pg_rho_threshold: float = 1.0  # V-trace's rho-bar of the policy-gradient advantage
     clip_eps: float = 0.2  # surrogate ratio clipped to 1 +- clip_eps (and the value, with clip_value)
-    clip_value: bool = True  # clip the value update around the behaviour's value, as CleanRL
+    clip_value: bool = True  # clip the value update around the values at the update's start, as CleanRL
     entropy_coef: float = 0.01  # weight of the entropy bonus
     value_coef: float = 0.5  # weight of the value loss
     max_grad_norm: float = 0.5  # global-norm gradient clipping
@@ -74,6 +75,8 @@ class PPOConfig:
     obs_clip: float = 10.0  # normalised observations are clipped to +-obs_clip
     scale_rewards: bool = False  # rewards divided by the running std of the discounted return (agent state)
     reward_clip: float = 10.0  # scaled rewards are clipped to +-reward_clip
+    replay_fraction: float = 0.0  # share of each update's sequences replayed from the device's buffer (vtrace only)
+    replay_capacity: int = 100_000  # steps held by each learner device's sequence buffer (with replay)
 
     def __post_init__(self) -> None:
         check(self.learning_rate > 0, "agent.learning_rate", "must be > 0", self.learning_rate)
@@ -98,14 +101,22 @@ class PPOConfig:
         check(self.activation in common.ACTIVATIONS, "agent.activation", f"must be one of {common.ACTIVATIONS}",
               self.activation)
         check(math.isfinite(self.log_std_init), "agent.log_std_init", "must be finite", self.log_std_init)
+        check(0 <= self.replay_fraction < 1, "agent.replay_fraction", "must be in [0, 1)", self.replay_fraction)
+        check(self.replay_fraction == 0 or self.advantage == "vtrace", "agent.replay_fraction",
+              "needs agent.advantage vtrace (replayed data is off-policy)", self.replay_fraction)
+        check(self.replay_capacity >= 1, "agent.replay_capacity", "must be >= 1", self.replay_capacity)
         check(self.obs_clip > 0, "agent.obs_clip", "must be > 0", self.obs_clip)
         check(self.reward_clip > 0, "agent.reward_clip", "must be > 0", self.reward_clip)
 
     def check_batch(self, batch: BatchShape) -> None:
         """Raise ConfigError unless one device's batch of `T * B` transitions splits into
         `num_minibatches` minibatches."""
-        check(batch.transitions % self.num_minibatches == 0, "agent.num_minibatches",
-              f"must divide the per-device batch of {batch.transitions} transitions", self.num_minibatches)
+        transitions = batch.transitions
+        if self.replay_fraction > 0:
+            transitions += batch.rollout_length * check_replay(self.replay_fraction, self.replay_capacity, batch)
+        check(transitions % self.num_minibatches == 0, "agent.num_minibatches",
+              f"must divide the per-device batch of {transitions} transitions (replayed ones included)",
+              self.num_minibatches)
 
 
 def make_ppo(
@@ -181,11 +192,12 @@ def make_ppo(
 
     agent = Agent(init=init, act=common.make_sampling_act(network, policy), update=update,
                   greedy_act=common.make_greedy_act(network, policy))
-    return with_normalization(
+    agent = with_normalization(
         agent, obs_spec, normalize_observations=config.normalize_observations, obs_clip=config.obs_clip,
         scale_rewards=config.scale_rewards, reward_clip=config.reward_clip, gamma=config.gamma,
         axis_name=axis_name,
     )
+    return with_replay(agent, config.replay_fraction, config.replay_capacity, obs_spec, axis_name)
 
 
 def gae_advantages_and_targets(network, config: PPOConfig, params, traj: Trajectory):
