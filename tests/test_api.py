@@ -74,6 +74,17 @@ def test_help_lists_every_field_of_every_preset(name):
         assert f"--{row.path.replace('_', '-')} " in text, row.path
 
 
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_help_describes_every_field_of_every_preset(name):
+    """Every field `train NAME --help` lists has a description from its config class's
+    comment, and one that says more than the field's own name."""
+    undocumented = [row.path for row in describe(PRESETS[name]()) if not row.doc.strip()]
+    assert undocumented == []
+    for row in describe(PRESETS[name]()):
+        words = row.doc.lower().strip(" .")
+        assert words != row.path.split(".")[-1].replace("_", " "), f"{row.path}: {row.doc!r} repeats the name"
+
+
 def test_train_help_on_the_command_line(capsys):
     code, out = run_main(capsys, "train", "ppo-catch-anakin", "--agent.gamma", "0.9", "--help")
     assert code == 0 and out.err == ""
