@@ -1,12 +1,14 @@
 """The Python-first API (`import podracer`) and the command line's per-field help."""
 
 import dataclasses
+import importlib
 import json
 import os
 
 import pytest
 
 import podracer
+from experiments import presets as presets_module
 from experiments.cli import main
 from experiments.help import describe, field_docs, format_help
 from experiments.presets import PRESETS
@@ -43,6 +45,29 @@ def test_presets_get_names_the_bad_field(call, message):
     with pytest.raises(ConfigError, match=None) as error:
         call()
     assert message in str(error.value)
+
+
+def test_presets_are_one_module_per_algorithm():
+    """Each `experiments/presets_<algorithm>.py` (beside `presets_common.py`) is named after
+    a registered algorithm and holds `<ALGORITHM>_PRESETS`: that algorithm's presets, named
+    `<algorithm>-...-<architecture>`; `PRESETS` is exactly their union."""
+    from podracer.agents import algorithms
+
+    here = os.path.dirname(presets_module.__file__)
+    modules = sorted(name.removeprefix("presets_").removesuffix(".py") for name in os.listdir(here)
+                     if name.startswith("presets_") and name.endswith(".py"))
+    modules.remove("common")
+    assert set(modules) <= set(algorithms()), modules
+    union = {}
+    for algorithm in modules:
+        presets = getattr(importlib.import_module(f"experiments.presets_{algorithm}"), f"{algorithm.upper()}_PRESETS")
+        for name, make in presets.items():
+            config = make()
+            arch = type(config.arch).__name__.removesuffix("Config").lower()
+            assert type(config.agent) is algorithms()[algorithm].config, name
+            assert name.startswith(f"{algorithm}-") and name.endswith(f"-{arch}"), name
+        union.update(presets)
+    assert union == PRESETS
 
 
 def test_top_level_api_is_lazy_and_complete():

@@ -9,7 +9,7 @@ from experiments.benchmarks import report, table
 from experiments.benchmarks.published import published
 from experiments.cli import main
 from experiments.presets import PRESETS
-from experiments.presets_minatar import MINATAR_GAMES
+from experiments.presets_common import MINATAR_GAMES
 from podracer.agents import PPOConfig, PQNConfig
 from podracer.config import ConfigError
 

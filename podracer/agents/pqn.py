@@ -47,7 +47,7 @@ from podracer.types import (
 @dataclasses.dataclass(frozen=True)
 class PQNConfig:
     """PQN hyperparameters. Defaults: purejaxql's classic-control settings (CartPole-v1)
-    where they apply; `experiments.presets_minatar` holds the paper's MinAtar ones."""
+    where they apply; `experiments.presets_pqn` holds the paper's MinAtar ones."""
 
     learning_rate: float = 1e-4  # optimizer step size (decayed with anneal_lr)
     anneal_lr: bool = True  # linear decay to 0 over the run's gradient steps
