@@ -116,14 +116,19 @@ def continuous_ppo() -> PPOConfig:
     )
 
 
-def ppo_pendulum_anakin() -> Config:
-    """PPO on gymnax Pendulum-v1 with CleanRL's continuous settings (16 envs x 128 steps)."""
+def _continuous_anakin(env_id: str, total_env_steps: int) -> Config:
+    """`continuous_ppo` under Anakin: 16 envs x 128 steps per update, 8 updates per call."""
     return Config(
-        env=EnvConfig("Pendulum-v1"),
+        env=EnvConfig(env_id),
         agent=continuous_ppo(),
         arch=AnakinConfig(num_envs=16, rollout_length=128, updates_per_call=8),
-        total_env_steps=1_000_000,
+        total_env_steps=total_env_steps,
     )
+
+
+def ppo_pendulum_anakin() -> Config:
+    """PPO on gymnax Pendulum-v1 with CleanRL's continuous settings (16 envs x 128 steps)."""
+    return _continuous_anakin("Pendulum-v1", 1_000_000)
 
 
 def ppo_halfcheetah_sebulba() -> Config:
@@ -143,12 +148,7 @@ def ppo_halfcheetah_sebulba() -> Config:
 
 def ppo_inverted_pendulum_brax_anakin() -> Config:
     """PPO on Brax's inverted_pendulum (needs `pip install podracer[brax]`), CleanRL's settings."""
-    return Config(
-        env=EnvConfig("brax/inverted_pendulum"),
-        agent=continuous_ppo(),
-        arch=AnakinConfig(num_envs=16, rollout_length=128, updates_per_call=8),
-        total_env_steps=300_000,
-    )
+    return _continuous_anakin("brax/inverted_pendulum", 300_000)
 
 
 # MinAtar (gymnax's four games): `[10, 10, C]` boolean grids as float32, 10M env steps per
