@@ -9,19 +9,10 @@ import pytest
 
 import podracer
 from experiments import presets as presets_module
-from experiments.cli import main
 from experiments.help import describe, field_docs, format_help
 from experiments.presets import PRESETS
 from podracer.config import ConfigError
-
-
-def run_main(capsys, *argv):
-    try:
-        main(list(argv))
-        code = 0
-    except SystemExit as exit_info:
-        code = exit_info.code
-    return code, capsys.readouterr()
+from tests.helpers import run_main
 
 
 def test_presets_get_replaces_fields_and_validates():
