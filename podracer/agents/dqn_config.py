@@ -39,7 +39,7 @@ class DQNConfig:
     huber_delta: float = 1.0  # loss huber: the |TD error| (in return units) where it turns linear
     buffer_size: int = 10_000  # transitions held per device
     batch_size: int = 128  # transitions sampled per device per gradient step
-    gradient_steps: int = 1  # per update (per rollout of T * B transitions); ignored if replay_ratio is set
+    gradient_steps: int = 1  # gradient steps per update (per T * B transitions); ignored if replay_ratio is set
     replay_ratio: float | None = None  # samples learned per env step; None: use gradient_steps
     learning_starts: int = 10_000  # env steps (all devices, one seed) before the first gradient step
     target_update_period: int = 500  # gradient steps between target-network updates
