@@ -1,4 +1,5 @@
-"""Named presets for IMPALA and PPO with V-trace, on both architectures.
+"""Named presets for IMPALA on both architectures; merged into `PRESETS` by
+`experiments.presets`.
 
 The Sebulba ones run with `max_policy_lag 1`: actors act with parameters one version behind
 the learner, which V-trace corrects for.
@@ -6,11 +7,11 @@ the learner, which V-trace corrects for.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Callable
 
 from anakin.config import AnakinConfig
-from podracer.agents import ImpalaConfig, PPOConfig
+from experiments.presets_common import atari_env, sebulba_twin
+from podracer.agents import ImpalaConfig
 from podracer.config import Config, EnvConfig
 from sebulba.config import SebulbaConfig
 
@@ -29,29 +30,12 @@ def impala_cartpole_anakin() -> Config:
     )
 
 
-def ppo_vtrace_cartpole_anakin() -> Config:
-    """PPO with V-trace advantages on CartPole-v1 (on-policy under Anakin: a check that the
-    V-trace path learns as well as GAE)."""
-    return Config(
-        env=EnvConfig("CartPole-v1"),
-        agent=PPOConfig(advantage="vtrace"),
-        arch=AnakinConfig(num_envs=4, rollout_length=128),
-        total_env_steps=500_000,
-    )
-
-
 def impala_cartpole_sebulba() -> Config:
     """IMPALA on EnvPool's CartPole-v1 with actors one version behind the learner
     (96 envs split evenly over 1 to 4 learner devices)."""
-    anakin = impala_cartpole_anakin()
-    return dataclasses.replace(
-        anakin, arch=SebulbaConfig(num_envs=96, rollout_length=16, max_policy_lag=1, updates_per_log=20)
+    return sebulba_twin(
+        impala_cartpole_anakin(), SebulbaConfig(num_envs=96, rollout_length=16, max_policy_lag=1, updates_per_log=20)
     )
-
-
-def _atari_env(env_id: str) -> EnvConfig:
-    return EnvConfig(env_id, episodic_life=True, reward_clip=True, repeat_action_probability=0.0,
-                     noop_max=30, frame_skip=4, frame_stack=4)
 
 
 def impala_pong_sebulba() -> Config:
@@ -59,7 +43,7 @@ def impala_pong_sebulba() -> Config:
     (lr 6e-4, decay 0.99, eps 0.01), 32 envs x 20 steps, entropy 0.01, gradient norm 40,
     the IMPALA ResNet torso, actors one version behind."""
     return Config(
-        env=_atari_env("Pong-v5"),
+        env=atari_env("Pong-v5"),
         agent=ImpalaConfig(learning_rate=6e-4, optimizer="rmsprop", entropy_coef=0.01, max_grad_norm=40.0,
                            torso="impala_cnn", shared_torso=True, anneal_lr=True, unroll_sgd=True),
         arch=SebulbaConfig(num_envs=32, rollout_length=20, max_policy_lag=1, updates_per_log=10),
@@ -67,21 +51,8 @@ def impala_pong_sebulba() -> Config:
     )
 
 
-def ppo_vtrace_pong_sebulba() -> Config:
-    """`ppo-pong-sebulba` with V-trace advantages and actors one version behind."""
-    from experiments.presets_sebulba import ppo_pong_sebulba
-
-    base = ppo_pong_sebulba()
-    return dataclasses.replace(
-        base, agent=dataclasses.replace(base.agent, advantage="vtrace"),
-        arch=dataclasses.replace(base.arch, max_policy_lag=1),
-    )
-
-
 IMPALA_PRESETS: dict[str, Callable[[], Config]] = {
     "impala-cartpole-anakin": impala_cartpole_anakin,
-    "ppo-vtrace-cartpole-anakin": ppo_vtrace_cartpole_anakin,
     "impala-cartpole-sebulba": impala_cartpole_sebulba,
     "impala-pong-sebulba": impala_pong_sebulba,
-    "ppo-vtrace-pong-sebulba": ppo_vtrace_pong_sebulba,
 }

@@ -125,7 +125,7 @@ class Config:
     arch: Any
     seed: int = 0  # the run's random seed (parameters, environments, sampling)
     total_env_steps: int = 500_000  # the budget, in env steps of one seed
-    run_dir: str | None = None  # default: runs/<preset>-<time>
+    run_dir: str | None = None  # where config, metrics and checkpoints go; None: runs/<preset>-<time>
     env: EnvConfig = EnvConfig()
     log: LogConfig = LogConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()

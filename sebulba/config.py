@@ -20,15 +20,15 @@ class SebulbaConfig:
     evenly over the learner devices.
     """
 
-    num_envs: int = 8  # in total, over every actor thread
+    num_envs: int = 8  # environments in total, over every actor thread
     rollout_length: int = 128  # env steps per environment per trajectory
-    actor_devices: tuple[int, ...] = ()  # local device indices that act; empty: see above
-    learner_devices: tuple[int, ...] = ()  # local device indices that learn; empty: see above
+    actor_devices: tuple[int, ...] = ()  # local device indices that act; empty: the first device not learning (0)
+    learner_devices: tuple[int, ...] = ()  # local device indices that learn; empty: those not acting (or the actor's)
     threads_per_actor_device: int = 1  # actor threads per actor device, each with its own env batch
     max_policy_lag: int = 0  # 0: on-policy, actors wait for each update; 1: one version behind (Cleanba)
     queue_size: int = 1  # trajectories each actor thread may have waiting for the learner
     env_threads: int = 0  # EnvPool worker threads per actor thread; 0: EnvPool's default
-    updates_per_log: int = 10  # updates per metrics row
+    updates_per_log: int = 10  # learner updates per metrics row
 
     def __post_init__(self) -> None:
         check(self.num_envs >= 1, "arch.num_envs", "must be >= 1", self.num_envs)

@@ -1,6 +1,7 @@
 """Test setup: 4 fake CPU devices, set before JAX initialises its backends, and a
 persistent compilation cache shared by the tests (and their subprocesses) of one session,
-so that the many small runs of identical programs compile once."""
+so that the many small runs of identical programs compile once; and the `variant` fixture
+of the pure-function tests. Other shared helpers are in tests/helpers.py."""
 
 import atexit
 import os
@@ -15,16 +16,22 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 import jax  # noqa: E402
+import pytest  # noqa: E402
 
 jax.config.update("jax_num_cpu_devices", 4)
+
+
+@pytest.fixture(params=["jit", "nojit"])
+def variant(request):
+    """Run a test of a pure function with and without jit (chex.variants' idea,
+    pytest-native): `variant(fn)` is `jax.jit(fn)` or `fn` itself."""
+    return jax.jit if request.param == "jit" else (lambda f: f)
 
 
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist every worker shares the machine's cores with the others, so a
     test takes up to that many times longer: stretch each test's timeout (a guard against
     hangs, never a speed check) by the number of workers."""
-    import pytest
-
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers <= 1:
         return

@@ -24,6 +24,7 @@ from podracer.types import AgentState, BatchShape, MaskedObs
 from sebulba import SebulbaConfig
 from sebulba import runner as sebulba_runner
 from sebulba.learner import AXIS, device_keys, make_update_step, state_specs, trajectory_sharding
+from tests.helpers import tree_allclose
 
 CANDIDATE_BATCHES = [(1, 1), (3, 1), (1, 3), (5, 7), (8, 4), (16, 8), (16, 16), (100_000, 1)]
 
@@ -49,17 +50,6 @@ def rejected_batch(algorithm: Algorithm, configs: list[Any]) -> tuple[Any, tuple
             return config, bad[0], good[0]
     raise AssertionError(f"{algorithm.name}: check_batch accepts (or rejects) every batch of {CANDIDATE_BATCHES} "
                          "for every config tried; give it a config whose batch arithmetic can fail")
-
-
-def assert_trees_close(a: Any, b: Any, rtol: float = 1e-5, atol: float = 1e-6) -> None:
-    """Same structure, shapes, dtypes and (close) values."""
-    a, b = jax.device_get((a, b))
-    assert jax.tree.structure(a) == jax.tree.structure(b)
-    for (path, x), y in zip(jax.tree.leaves_with_path(a), jax.tree.leaves(b)):
-        where = jax.tree_util.keystr(path)
-        x, y = np.asarray(x), np.asarray(y)
-        assert x.shape == y.shape and x.dtype == y.dtype, (where, x.shape, y.shape, x.dtype, y.dtype)
-        np.testing.assert_allclose(x, y, rtol=rtol, atol=atol, err_msg=where)
 
 
 def max_change(a: Any, b: Any) -> float:
@@ -109,7 +99,7 @@ def one_vs_four_devices(algorithm: Algorithm, env_id: str) -> None:
     got, metrics_4 = step(place_learner_state(state, mesh), (jax.device_put(traj, trajectory_sharding(mesh)),),
                           device_keys(key, mesh))
     assert max_change(expected.params, state.params) > 1e-5, "the update did not move the parameters"
-    assert_trees_close(replicated(got), replicated(expected))
+    tree_allclose(replicated(got), replicated(expected))
     assert metrics_4.keys() == metrics_1.keys()
     if "loss" in metrics_1:
         np.testing.assert_allclose(metrics_4["loss"], metrics_1["loss"], rtol=1e-5, atol=1e-6)
@@ -151,7 +141,7 @@ def anakin_vs_sebulba(algorithm: Algorithm, env_id: str, max_updates: int = 40, 
             break
     assert max_change(learner.params, seed0.params) > 1e-5, f"parameters never moved in {max_updates} updates"
     anakin_state, _ = make_train_call(a.env, a.env_params, a.agent, a.mesh, T)(state, jnp.int32(updates))
-    assert_trees_close(jax.tree.map(lambda x: x[0], anakin_state.agent.params), learner.params)
+    tree_allclose(jax.tree.map(lambda x: x[0], anakin_state.agent.params), learner.params)
 
 
 def learned_policy_ok(result: Any, config: Config, space: str) -> None:

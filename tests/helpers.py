@@ -1,6 +1,10 @@
-"""Shared test helpers: random trajectories and small configs."""
+"""Shared test helpers: random trajectories, tree comparisons, reference returns, NaN
+injection, the tiny lifecycle run, and running the command line (in process or as a
+subprocess) and reading what it wrote."""
 
 import functools
+import json
+import os
 
 import jax
 import jax.numpy as jnp
@@ -140,27 +144,25 @@ def nan_loss_at(make_update_step, call: int, failed_at: list | None = None):
 
     import numpy as np
 
-    def poisoned(agent, mesh):
-        update_step, calls = make_update_step(agent, mesh), []
+    def poison(state, metrics):
+        if failed_at is not None:
+            failed_at.append(time.monotonic())
+        return state, {**metrics, "loss": np.float32(np.nan)}
 
-        def step(state, trajectories, keys):
-            state, metrics = update_step(state, trajectories, keys)
-            calls.append(1)
-            if len(calls) == call:
-                if failed_at is not None:
-                    failed_at.append(time.monotonic())
-                metrics = {**metrics, "loss": np.float32(np.nan)}
-            return state, metrics
-
-        return step
-
-    return poisoned
+    return _poisoned_at(make_update_step, call, poison)
 
 
 def nan_params_at(make_update_step, call: int):
     """A stand-in for `sebulba.learner.make_update_step` whose `call`-th update returns NaN
     parameters with finite metrics (a silent blow-up): for the learner's parameter guard."""
-    poison = jax.jit(lambda params: jax.tree.map(lambda p: jnp.full_like(p, jnp.nan), params))
+    nans = jax.jit(lambda params: jax.tree.map(lambda p: jnp.full_like(p, jnp.nan), params))
+    return _poisoned_at(make_update_step, call, lambda state, metrics: (state.replace(params=nans(state.params)),
+                                                                         metrics))
+
+
+def _poisoned_at(make_update_step, call: int, poison):
+    """`make_update_step` whose update steps pass through `poison(state, metrics)` on the
+    `call`-th call only."""
 
     def poisoned(agent, mesh):
         update_step, calls = make_update_step(agent, mesh), []
@@ -169,7 +171,7 @@ def nan_params_at(make_update_step, call: int):
             state, metrics = update_step(state, trajectories, keys)
             calls.append(1)
             if len(calls) == call:
-                state = state.replace(params=poison(state.params))
+                state, metrics = poison(state, metrics)
             return state, metrics
 
         return step
@@ -186,3 +188,84 @@ def assert_sustained(rows, threshold: float, floor: float, last: int = 4) -> Non
     tail = returns[-last:]
     assert len(tail) == last and None not in tail, returns
     assert np.mean(tail) >= threshold and min(tail) >= floor, returns
+
+
+# The tiny lifecycle run: 14 updates of 8 envs x 16 steps, 3 updates per host call, a
+# checkpoint every 4 updates (test_lifecycle, test_lifecycle_cli and test_cli share its
+# compiled programs through the compilation cache).
+def _tiny_config():
+    from anakin import AnakinConfig
+    from podracer.agents import PPOConfig
+    from podracer.config import CheckpointConfig, Config, EnvConfig, LogConfig
+
+    return Config(
+        env=EnvConfig("Catch"), agent=PPOConfig(num_minibatches=2), total_env_steps=8 * 16 * 14,
+        arch=AnakinConfig(num_envs=8, rollout_length=16, updates_per_call=3, num_seeds=2),
+        log=LogConfig(console=False, tensorboard=False), checkpoint=CheckpointConfig(every_updates=4, keep=2),
+    )
+
+
+TINY = _tiny_config()
+# `ppo-catch-anakin` overridden into `TINY` (so the programs come from the compilation
+# cache filled by test_lifecycle).
+TINY_ARGS = ["ppo-catch-anakin", "--agent.learning-rate", 2.5e-4, "--agent.num-minibatches", 2,
+             "--agent.anneal-lr", "true", "--agent.activation", "tanh",
+             "--arch.num-envs", 8, "--arch.rollout-length", 16, "--arch.updates-per-call", 3, "--arch.num-seeds", 2,
+             "--total-env-steps", TINY.total_env_steps, "--log.console", "false", "--log.tensorboard", "false"]
+TIMING = ("sps", "wall_s")
+
+
+def comparable(rows: list[dict]) -> list[dict]:
+    """Metrics rows without their timings, which no two runs share."""
+    return [{k: v for k, v in row.items() if k not in TIMING} for row in rows]
+
+
+# The command line and its run directories.
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def subprocess_env(cpu_devices: int | None = None) -> dict[str, str]:
+    """The environment of a test's Python subprocess (`python -m experiments.cli ...`): this
+    checkout on PYTHONPATH (not an installed copy), JAX on the CPU, and `cpu_devices` fake
+    CPU devices (None: XLA_FLAGS unset, so one device unless the command says
+    `--cpu-devices`). conftest's compilation cache is inherited."""
+    env = dict(os.environ, PYTHONPATH=REPO, JAX_PLATFORMS="cpu")
+    env.pop("XLA_FLAGS", None)
+    if cpu_devices is not None:
+        env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={cpu_devices}"
+    return env
+
+
+def run_main(capsys, *argv):
+    """`podracer ARGV...` in this process: `(exit status, captured stdout/stderr)`, the
+    status 0 when `main` returns."""
+    from experiments.cli import main
+
+    try:
+        main([str(a) for a in argv])
+        code = 0
+    except SystemExit as exit_info:
+        code = exit_info.code
+    return code, capsys.readouterr()
+
+
+def assert_one_line_error(code, out, *fragments: str) -> str:
+    """The command line's contract for a user error: exit status 2 and one line on stderr,
+    `podracer: error: ...` holding each of `fragments`, no traceback. Returns that line."""
+    assert code == 2, out
+    lines = out.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("podracer: error: ") and "Traceback" not in out.err, out.err
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    return lines[0]
+
+
+def read_rows(run_dir, missing_ok: bool = False) -> list[dict]:
+    """A run directory's metrics rows (`metrics.jsonl`); `[]` if it has none yet and
+    `missing_ok`."""
+    path = os.path.join(run_dir, "metrics.jsonl")
+    if missing_ok and not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f.read().splitlines()]

@@ -1,25 +1,18 @@
 """The Python-first API (`import podracer`) and the command line's per-field help."""
 
 import dataclasses
+import importlib
 import json
 import os
 
 import pytest
 
 import podracer
-from experiments.cli import main
+from experiments import presets as presets_module
 from experiments.help import describe, field_docs, format_help
 from experiments.presets import PRESETS
 from podracer.config import ConfigError
-
-
-def run_main(capsys, *argv):
-    try:
-        main(list(argv))
-        code = 0
-    except SystemExit as exit_info:
-        code = exit_info.code
-    return code, capsys.readouterr()
+from tests.helpers import run_main
 
 
 def test_presets_get_replaces_fields_and_validates():
@@ -43,6 +36,29 @@ def test_presets_get_names_the_bad_field(call, message):
     with pytest.raises(ConfigError, match=None) as error:
         call()
     assert message in str(error.value)
+
+
+def test_presets_are_one_module_per_algorithm():
+    """Each `experiments/presets_<algorithm>.py` (beside `presets_common.py`) is named after
+    a registered algorithm and holds `<ALGORITHM>_PRESETS`: that algorithm's presets, named
+    `<algorithm>-...-<architecture>`; `PRESETS` is exactly their union."""
+    from podracer.agents import algorithms
+
+    here = os.path.dirname(presets_module.__file__)
+    modules = sorted(name.removeprefix("presets_").removesuffix(".py") for name in os.listdir(here)
+                     if name.startswith("presets_") and name.endswith(".py"))
+    modules.remove("common")
+    assert set(modules) <= set(algorithms()), modules
+    union = {}
+    for algorithm in modules:
+        presets = getattr(importlib.import_module(f"experiments.presets_{algorithm}"), f"{algorithm.upper()}_PRESETS")
+        for name, make in presets.items():
+            config = make()
+            arch = type(config.arch).__name__.removesuffix("Config").lower()
+            assert type(config.agent) is algorithms()[algorithm].config, name
+            assert name.startswith(f"{algorithm}-") and name.endswith(f"-{arch}"), name
+        union.update(presets)
+    assert union == PRESETS
 
 
 def test_top_level_api_is_lazy_and_complete():
@@ -72,6 +88,17 @@ def test_help_lists_every_field_of_every_preset(name):
     text = format_help(name, config)
     for row in describe(config):
         assert f"--{row.path.replace('_', '-')} " in text, row.path
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_help_describes_every_field_of_every_preset(name):
+    """Every field `train NAME --help` lists has a description from its config class's
+    comment, and one that says more than the field's own name."""
+    undocumented = [row.path for row in describe(PRESETS[name]()) if not row.doc.strip()]
+    assert undocumented == []
+    for row in describe(PRESETS[name]()):
+        words = row.doc.lower().strip(" .")
+        assert words != row.path.split(".")[-1].replace("_", " "), f"{row.path}: {row.doc!r} repeats the name"
 
 
 def test_train_help_on_the_command_line(capsys):

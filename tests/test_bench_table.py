@@ -7,24 +7,15 @@ import pytest
 
 from experiments.benchmarks import report, table
 from experiments.benchmarks.published import published
-from experiments.cli import main
 from experiments.presets import PRESETS
-from experiments.presets_minatar import MINATAR_GAMES
+from experiments.presets_common import MINATAR_GAMES
 from podracer.agents import PPOConfig, PQNConfig
 from podracer.config import ConfigError
+from tests.helpers import run_main
 
 TINY = ["--seeds", "2", "--total-env-steps", "2048", "--milestones", "0.3", "1", "--episodes", "4",
         "--arch.num-envs", "8", "--arch.rollout-length", "16", "--arch.updates-per-call", "4",
         "--agent.num-minibatches", "2"]
-
-
-def run_main(capsys, *argv):
-    try:
-        main(list(argv))
-        code = 0
-    except SystemExit as exit_info:
-        code = exit_info.code
-    return code, capsys.readouterr()
 
 
 @pytest.mark.timeout(300)

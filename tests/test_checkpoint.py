@@ -19,9 +19,7 @@ from podracer import config as config_lib
 from podracer import parallel
 from podracer.checkpoint import Checkpointer, CheckpointMismatchError, NoCheckpointError, Progress
 from tests.checkpoint_writer import state_for
-from tests.helpers import assert_trees_equal
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.helpers import REPO, assert_trees_equal, subprocess_env
 
 
 def sharded_state(mesh, value):
@@ -76,9 +74,8 @@ def test_config_round_trips_through_json():
 
 
 def writer(directory, mode):
-    env = dict(os.environ, PYTHONPATH=REPO, XLA_FLAGS="")
     return subprocess.Popen([sys.executable, "-m", "tests.checkpoint_writer", str(directory), mode],
-                            stdout=subprocess.PIPE, text=True, env=env, cwd=REPO)
+                            stdout=subprocess.PIPE, text=True, env=subprocess_env(), cwd=REPO)
 
 
 def assert_latest_is_complete(directory, expected_step=None):

@@ -10,12 +10,7 @@ import pytest
 from experiments.cli import main
 from experiments.overrides import OverrideError, apply_overrides
 from experiments.presets import PRESETS
-
-
-def run_main(capsys, *argv):
-    with pytest.raises(SystemExit) as exit_info:
-        main(list(argv))
-    return exit_info.value.code, capsys.readouterr()
+from tests.helpers import TINY_ARGS, assert_one_line_error, run_main, subprocess_env
 
 
 @pytest.mark.parametrize(
@@ -36,22 +31,15 @@ def run_main(capsys, *argv):
     ],
 )
 def test_user_errors_exit_2_with_one_line(capsys, argv, message):
-    code, out = run_main(capsys, *argv)
-    assert code == 2
-    lines = out.err.strip().splitlines()
-    assert len(lines) == 1, out.err
-    assert lines[0].startswith("podracer: error: ") and message in lines[0], lines[0]
-    assert "Traceback" not in out.err
+    assert_one_line_error(*run_main(capsys, *argv), message)
 
 
 @pytest.mark.timeout(60)
 def test_cpu_devices_splits_the_cpu_before_jax_starts():
     """`--cpu-devices N` must take effect in a fresh process (here: 3 devices, so device 5
     is a config error naming the count), before anything is compiled."""
-    env = dict(os.environ)
-    env.pop("XLA_FLAGS", None)
     done = subprocess.run([sys.executable, "-m", "experiments.cli", "train", "ppo-cartpole-sebulba", "--cpu-devices", "3",
-                           "--arch.learner-devices", "5"], capture_output=True, text=True, env=env, timeout=55)
+                           "--arch.learner-devices", "5"], capture_output=True, text=True, env=subprocess_env(), timeout=55)
     assert done.returncode == 2
     assert "arch.learner_devices names device 5 but only 3 exist" in done.stderr, done.stderr
 
@@ -90,14 +78,11 @@ def test_train_writes_run_directory(tmp_path):
     """The real console script, end to end, on a small Catch budget: `ppo-catch-anakin`
     overridden into the lifecycle tests' tiny run on 4 devices, so that its program comes
     from (or fills) the compilation cache those tests share."""
-    from tests.test_lifecycle_cli import TINY_ARGS
-
     run_dir = tmp_path / "run"
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
     proc = subprocess.run(
         [sys.executable, "-m", "experiments.cli", "train", *map(str, TINY_ARGS), "--log.tensorboard", "true",
          "--run-dir", str(run_dir)],
-        capture_output=True, text=True, env=env, timeout=170,
+        capture_output=True, text=True, env=subprocess_env(4), timeout=170,
     )
     assert proc.returncode == 0, proc.stderr
     assert "done:" in proc.stdout

@@ -18,11 +18,6 @@ from podracer.ops import running_stats as rs
 from podracer.types import BoxSpec, ObsSpec
 
 
-@pytest.fixture(params=["jit", "nojit"])
-def variant(request):
-    return jax.jit if request.param == "jit" else (lambda f: f)
-
-
 def test_gaussian_log_prob_and_entropy_match_distrax(variant):
     keys = jax.random.split(jax.random.key(0), 3)
     mean = jax.random.normal(keys[0], (5, 3))

@@ -27,7 +27,6 @@ import pytest
 import anakin
 import sebulba
 from anakin import AnakinConfig
-from experiments.cli import main
 from experiments.presets import PRESETS
 from podracer.agents import algorithms, make_agent
 from podracer.config import Config, ConfigError, EnvConfig
@@ -41,6 +40,7 @@ from tests.contract_helpers import (
     probe_batch,
     rejected_batch,
 )
+from tests.helpers import assert_one_line_error, run_main
 
 SPACES = {"discrete": "ProbeActionReward", "masked": "ProbeMaskedAction", "box": "ProbeContinuousAction"}
 NAMES = list(algorithms())
@@ -96,18 +96,6 @@ def nothing_compiled():
     assert not events, f"compiled before failing: {sorted(set(events))}"
 
 
-def one_line_exit_2(capsys, argv: list[str], *fragments: str) -> str:
-    with pytest.raises(SystemExit) as exit_info:
-        main([str(a) for a in argv])
-    err = capsys.readouterr().err
-    lines = err.strip().splitlines()
-    assert exit_info.value.code == 2, err
-    assert len(lines) == 1 and lines[0].startswith("podracer: error: ") and "Traceback" not in err, err
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-    return lines[0]
-
-
 def bad_value(annotation) -> object:
     """A value no config field of this type should accept, or None for fields any value fits."""
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
@@ -145,8 +133,8 @@ def test_config_errors_name_the_field(name, capsys, monkeypatch, tmp_path):
                     run_dir=str(tmp_path / "run"))
     float_field = next(name for name in checked if isinstance(bad_value(hints[name]), float))
     with preset(monkeypatch, config) as preset_name:
-        one_line_exit_2(capsys, ["train", preset_name, f"--agent.{float_field.replace('_', '-')}", "nan"],
-                        f"agent.{float_field}")
+        assert_one_line_error(*run_main(capsys, "train", preset_name, f"--agent.{float_field.replace('_', '-')}",
+                                        "nan"), f"agent.{float_field}")
     assert not (tmp_path / "run").exists()
 
 
@@ -168,7 +156,7 @@ def test_bad_batch_splits_exit_2_before_compiling(name, arch, capsys, monkeypatc
     with pytest.raises(ConfigError):
         runner.setup(config)
     with preset(monkeypatch, config) as preset_name, nothing_compiled():
-        one_line_exit_2(capsys, ["train", preset_name], "agent.")
+        assert_one_line_error(*run_main(capsys, "train", preset_name), "agent.")
     assert not (tmp_path / "run").exists()
 
 
@@ -185,7 +173,7 @@ def test_pairing_is_checked_before_compiling(name, space, arch, capsys, monkeypa
         runner.setup(config)
         return
     with preset(monkeypatch, config) as preset_name, nothing_compiled():
-        one_line_exit_2(capsys, ["train", preset_name], name, SPACES[space])
+        assert_one_line_error(*run_main(capsys, "train", preset_name), name, SPACES[space])
     assert not (tmp_path / "run").exists()
 
 

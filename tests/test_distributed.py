@@ -1,6 +1,5 @@
 """Anakin and Sebulba across processes with jax.distributed (gloo CPU collectives on 127.0.0.1)."""
 
-import os
 import subprocess
 import sys
 
@@ -11,14 +10,7 @@ import pytest
 import anakin
 from experiments.launch import free_port
 from tests.distributed_worker import small_config
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _env():
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
-    env.pop("XLA_FLAGS", None)
-    return env
+from tests.helpers import REPO, subprocess_env
 
 
 @pytest.mark.timeout(240)
@@ -26,7 +18,7 @@ def test_two_processes_of_two_devices_equal_one_process_of_four(tmp_path):
     port, out = free_port(), tmp_path / "params.npz"
     procs = [
         subprocess.Popen([sys.executable, "-m", "tests.distributed_worker", str(i), "2", str(port), str(out)],
-                         cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                         cwd=REPO, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for i in range(2)
     ]
     outputs = [p.communicate(timeout=400)[0] for p in procs]
@@ -52,7 +44,7 @@ def test_sebulba_across_two_processes_stops_together(tmp_path):
     port, run_dir = free_port(), tmp_path / "run"
     procs = [
         subprocess.Popen([sys.executable, "-m", "tests.distributed_worker", str(i), "2", str(port), str(run_dir),
-                          "sebulba"], cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                          "sebulba"], cwd=REPO, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for i in range(2)
     ]
     outputs = [p.communicate(timeout=400)[0] for p in procs]

@@ -9,9 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.helpers import assert_trees_equal, tree_allclose
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.helpers import REPO, assert_trees_equal, tree_allclose
 
 
 class Pair(NamedTuple):

@@ -9,7 +9,8 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 import anakin
-from experiments.presets_impala import IMPALA_PRESETS, impala_cartpole_anakin, ppo_vtrace_cartpole_anakin
+from experiments.presets_impala import IMPALA_PRESETS, impala_cartpole_anakin
+from experiments.presets_ppo import ppo_vtrace_cartpole_anakin
 from podracer import parallel
 from podracer.agents import ImpalaConfig, PPOConfig, algorithm_for, algorithms, impala, make_agent
 from podracer.config import ConfigError

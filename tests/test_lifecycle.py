@@ -7,28 +7,9 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from anakin import AnakinConfig
 from experiments import train as train_lib
-from podracer.agents import PPOConfig
 from podracer.checkpoint import Checkpointer, CheckpointMismatchError, NonFiniteError, checkpoint_dir
-from podracer.config import CheckpointConfig, Config, EnvConfig, LogConfig
-from tests.helpers import assert_trees_equal
-
-# 14 updates of 8 envs x 16 steps, 3 updates per host call, a checkpoint every 4 updates.
-TINY = Config(
-    env=EnvConfig("Catch"), agent=PPOConfig(num_minibatches=2), total_env_steps=8 * 16 * 14,
-    arch=AnakinConfig(num_envs=8, rollout_length=16, updates_per_call=3, num_seeds=2),
-    log=LogConfig(console=False, tensorboard=False), checkpoint=CheckpointConfig(every_updates=4, keep=2),
-)
-TIMING = ("sps", "wall_s")
-
-
-def comparable(rows):
-    return [{k: v for k, v in row.items() if k not in TIMING} for row in rows]
-
-
-def read_rows(run_dir):
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+from tests.helpers import TINY, assert_trees_equal, comparable, read_rows
 
 
 class StopAfter:

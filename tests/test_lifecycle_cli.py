@@ -20,28 +20,22 @@ from podracer.agents import make_agent
 from podracer.checkpoint import Checkpointer, checkpoint_dir
 from podracer.config import to_dict
 from podracer.envs import make_jax_env
-from tests.helpers import assert_trees_equal
-from tests.test_lifecycle import TINY, comparable, read_rows
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def run_main(capsys, *argv):
-    with pytest.raises(SystemExit) as exit_info:
-        main([str(a) for a in argv])
-    return exit_info.value.code, capsys.readouterr()
-
-
-def assert_one_line_error(code, out, message):
-    assert code == 2, out
-    lines = out.err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("podracer: error: ") and message in lines[0], out.err
+from tests.helpers import (
+    REPO,
+    TINY,
+    TINY_ARGS,
+    assert_one_line_error,
+    assert_trees_equal,
+    comparable,
+    read_rows,
+    run_main,
+    subprocess_env,
+)
 
 
 def cli(*args, **popen):
-    env = dict(os.environ, PYTHONPATH=REPO, XLA_FLAGS="--xla_force_host_platform_device_count=4")
-    return subprocess.Popen([sys.executable, "-m", "experiments.cli", *map(str, args)], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+    return subprocess.Popen([sys.executable, "-m", "experiments.cli", *map(str, args)], cwd=REPO,
+                            env=subprocess_env(4), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
 
 
 def final_agent(run_dir):
@@ -57,12 +51,6 @@ def final_agent(run_dir):
         return checkpoints.restore_agent(abstract)[0]
 
 
-# `ppo-catch-anakin` overridden into `TINY` (so the programs come from the compilation
-# cache filled by test_lifecycle).
-TINY_ARGS = ["ppo-catch-anakin", "--agent.learning-rate", 2.5e-4, "--agent.num-minibatches", 2,
-             "--agent.anneal-lr", "true", "--agent.activation", "tanh",
-             "--arch.num-envs", 8, "--arch.rollout-length", 16, "--arch.updates-per-call", 3, "--arch.num-seeds", 2,
-             "--total-env-steps", TINY.total_env_steps, "--log.console", "false", "--log.tensorboard", "false"]
 
 
 @pytest.mark.xdist_group("tiny-run")

@@ -5,7 +5,8 @@ import os
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.helpers import REPO
+
 NOTEBOOKS = sorted(glob.glob(os.path.join(REPO, "experiments", "notebooks", "*.ipynb")))
 
 

@@ -10,12 +10,6 @@ from podracer.ops import categorical_log_prob, clipped_surrogate_loss, entropy_l
 from tests.helpers import gae_episode_by_episode
 
 
-@pytest.fixture(params=["jit", "nojit"])
-def variant(request):
-    """Run each op test with and without jit (chex.variants' idea, pytest-native)."""
-    return jax.jit if request.param == "jit" else (lambda f: f)
-
-
 class TestGae:
     def test_hand_computed(self, variant):
         gamma, lam = 0.9, 0.5

@@ -13,11 +13,6 @@ from podracer.counters import Count
 from podracer.types import Trajectory
 
 
-@pytest.fixture(params=["jit", "nojit"])
-def variant(request):
-    return jax.jit if request.param == "jit" else (lambda f: f)
-
-
 def test_n_step_targets_hand_computed(variant):
     """T = 5, n = 3, gamma = 0.5: step 1 is truncated, step 3 terminated."""
     r = jnp.array([1.0, 2.0, 4.0, 8.0, 16.0])

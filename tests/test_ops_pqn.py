@@ -1,17 +1,11 @@
 """Q(lambda) targets (PQN's returns) against rlax and a brute-force reference."""
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import rlax
 
 from podracer import ops
-
-
-@pytest.fixture(params=["jit", "nojit"])
-def variant(request):
-    return jax.jit if request.param == "jit" else (lambda f: f)
 
 
 def brute_force_q_lambda(r, terminated, truncated, q_next, gamma, lam):

@@ -8,7 +8,8 @@ import jax
 import numpy as np
 import pytest
 
-from experiments.presets_sebulba import SEBULBA_PRESETS, ppo_cartpole_sebulba
+from experiments.presets import PRESETS
+from experiments.presets_ppo import ppo_cartpole_sebulba
 from podracer import parallel
 from podracer.agents import PPOConfig
 from podracer.config import Config, ConfigError, EnvConfig
@@ -36,9 +37,10 @@ def small_config(**arch) -> Config:
 
 @pytest.mark.timeout(30)
 def test_presets_are_valid_configs():
-    for name, preset in SEBULBA_PRESETS.items():
-        config = preset()
-        assert isinstance(config.arch, SebulbaConfig), name
+    sebulba_presets = [name for name in PRESETS if name.endswith("-sebulba")]
+    assert "ppo-pong-sebulba" in sebulba_presets
+    for name in sebulba_presets:
+        assert isinstance(PRESETS[name]().arch, SebulbaConfig), name
     setup(ppo_cartpole_sebulba())  # the default layout on 4 devices: 1 actor, 3 learners
 
 

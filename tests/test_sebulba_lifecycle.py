@@ -1,7 +1,6 @@
 """Sebulba run lifecycle: checkpoints, stop and resume, NaN guard, evaluation of a host-env run."""
 
 import dataclasses
-import json
 
 import jax
 import pytest
@@ -14,7 +13,7 @@ from podracer.checkpoint import Checkpointer, CheckpointMismatchError, NonFinite
 from podracer.config import CheckpointConfig, Config, ConfigError, EnvConfig, LogConfig
 from sebulba import SebulbaConfig
 from sebulba.learner import make_update_step
-from tests.helpers import assert_trees_equal, nan_loss_at, nan_params_at
+from tests.helpers import assert_trees_equal, nan_loss_at, nan_params_at, read_rows
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -27,10 +26,6 @@ TINY = Config(
     total_env_steps=4 * 16 * 12, log=LogConfig(console=False, tensorboard=False),
     checkpoint=CheckpointConfig(every_updates=4, keep=2),
 )
-
-
-def read_rows(run_dir):
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
 def test_stop_checkpoints_and_resume_continues_the_learner(tmp_path):

@@ -27,36 +27,43 @@ class DQNConfig:
     whole steps and carries the fraction to the next update (see `steps_per_update`).
     """
 
-    learning_rate: float = 2.5e-4
-    adam_eps: float = 1e-5
-    max_grad_norm: float = 10.0  # global-norm gradient clipping
-    gamma: float = 0.99
+    learning_rate: float = 2.5e-4  # Adam step size, constant over the run
+    adam_eps: float = 1e-5  # Adam's epsilon, added to the root of the second-moment estimate
+    max_grad_norm: float = 10.0  # gradients are rescaled to at most this global L2 norm
+    gamma: float = 0.99  # discount factor per env step
     n_step: int = 1  # rewards summed before bootstrapping (across rollouts; fewer only where an episode ended)
-    double_q: bool = True  # van Hasselt et al. 2016
-    loss: Literal["huber", "mse"] = "mse"  # "huber": Mnih et al. 2015 (Atari)
-    huber_delta: float = 1.0
+    # Double DQN: the online network picks the bootstrap action, the target network values it
+    # (van Hasselt et al. 2016)
+    double_q: bool = True
+    loss: Literal["huber", "mse"] = "mse"  # TD loss: "mse" squared error, or "huber" (Mnih et al. 2015, Atari)
+    huber_delta: float = 1.0  # loss huber: the |TD error| (in return units) where it turns linear
     buffer_size: int = 10_000  # transitions held per device
     batch_size: int = 128  # transitions sampled per device per gradient step
-    gradient_steps: int = 1  # per update (per rollout of T * B transitions); ignored if replay_ratio is set
+    gradient_steps: int = 1  # gradient steps per update (per T * B transitions); ignored if replay_ratio is set
     replay_ratio: float | None = None  # samples learned per env step; None: use gradient_steps
     learning_starts: int = 10_000  # env steps (all devices, one seed) before the first gradient step
     target_update_period: int = 500  # gradient steps between target-network updates
     target_update_tau: float = 1.0  # 1: hard copy (Mnih et al. 2015); < 1: Polyak averaging
-    epsilon_start: float = 1.0
-    epsilon_end: float = 0.05
+    epsilon_start: float = 1.0  # epsilon-greedy: probability of a random action when the run starts
+    epsilon_end: float = 0.05  # epsilon-greedy: probability of a random action from epsilon_decay_steps on
     epsilon_decay_steps: int = 250_000  # env steps (all devices, one seed) of linear decay
-    prioritized: bool = False  # Schaul et al. 2016
-    priority_exponent: float = 0.6  # alpha
-    importance_exponent: float = 0.4  # beta when learning starts, annealed linearly to 1 at the run's end
+    # prioritized replay: sample by priority (|TD error| + priority_eps)^alpha, not uniformly
+    # (Schaul et al. 2016)
+    prioritized: bool = False
+    priority_exponent: float = 0.6  # alpha of prioritized replay: 0 samples uniformly, 1 in proportion to priority
+    # beta of prioritized replay's importance weights when learning starts, annealed
+    # linearly to 1 at the run's end
+    importance_exponent: float = 0.4
     priority_eps: float = 1e-6  # added to |TD error| so no transition gets priority 0
     unroll_sgd: bool = False  # unroll the gradient steps of an update (faster CNN updates on CPU, longer compile)
+    # network body: "mlp" for vectors, "nature_cnn" or "impala_cnn" for pixels, or
     # "prefix_conv": PrefixRL's fully convolutional Q-maps (`podracer.networks_prefix`) for
     # the prefix-adder grid `[N, N, C]` with 2 N^2 actions; hidden_sizes/activation unused.
     torso: Literal["mlp", "nature_cnn", "impala_cnn", "prefix_conv"] = "mlp"
     prefix_blocks: int = 4  # residual blocks of the prefix_conv network
     prefix_channels: int = 32  # convolution channels of the prefix_conv network
-    hidden_sizes: tuple[int, ...] = (120, 84)
-    activation: Literal["tanh", "relu", "gelu"] = "relu"
+    hidden_sizes: tuple[int, ...] = (120, 84)  # MLP layer widths (torso mlp)
+    activation: Literal["tanh", "relu", "gelu"] = "relu"  # MLP activation (torso mlp)
 
     def __post_init__(self) -> None:
         positive = ("learning_rate", "adam_eps", "max_grad_norm", "huber_delta", "buffer_size", "batch_size",

@@ -48,9 +48,10 @@ class PPOConfig:
     learning_rate: float = 2.5e-4  # Adam step size (annealed with anneal_lr)
     anneal_lr: bool = True  # linear decay to 0 over the run
     num_epochs: int = 4  # passes over each update's batch
-    num_minibatches: int = 4  # per update, per device
-    gamma: float = 0.99  # discount factor
+    num_minibatches: int = 4  # minibatches per epoch, per device, slicing its T * B transitions
+    gamma: float = 0.99  # discount factor per env step
     gae_lambda: float = 0.95  # GAE's lambda (bias/variance of the advantages)
+    # "gae": generalised advantage estimation (Schulman et al. 2016); or
     # "vtrace": advantages and value targets by V-trace from the behaviour policy's
     # log-probabilities, for actors that lag behind the learner (Sebulba); see
     # `vtrace_advantages_and_targets`.
@@ -62,8 +63,8 @@ class PPOConfig:
     clip_value: bool = True  # clip the value update around the values at the update's start, as CleanRL
     entropy_coef: float = 0.01  # weight of the entropy bonus
     value_coef: float = 0.5  # weight of the value loss
-    max_grad_norm: float = 0.5  # global-norm gradient clipping
-    adam_eps: float = 1e-5  # Adam's epsilon
+    max_grad_norm: float = 0.5  # gradients are rescaled to at most this global L2 norm
+    adam_eps: float = 1e-5  # Adam's epsilon, added to the root of the second-moment estimate
     normalize_advantages: bool = True  # standardise advantages over the global minibatch (all devices)
     torso: Literal["mlp", "nature_cnn", "impala_cnn"] = "mlp"  # network body: an MLP, or a CNN for pixels
     hidden_sizes: tuple[int, ...] = (64, 64)  # MLP layer widths

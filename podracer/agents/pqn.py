@@ -47,24 +47,25 @@ from podracer.types import (
 @dataclasses.dataclass(frozen=True)
 class PQNConfig:
     """PQN hyperparameters. Defaults: purejaxql's classic-control settings (CartPole-v1)
-    where they apply; `experiments.presets_minatar` holds the paper's MinAtar ones."""
+    where they apply; `experiments.presets_pqn` holds the paper's MinAtar ones."""
 
-    learning_rate: float = 1e-4
+    learning_rate: float = 1e-4  # optimizer step size (decayed with anneal_lr)
     anneal_lr: bool = True  # linear decay to 0 over the run's gradient steps
-    optimizer: Literal["radam", "adam"] = "radam"  # purejaxql uses RAdam
-    adam_eps: float = 1e-8
-    max_grad_norm: float = 10.0  # global-norm gradient clipping
-    num_epochs: int = 4
-    num_minibatches: int = 16  # per update, per device
-    gamma: float = 0.99
+    optimizer: Literal["radam", "adam"] = "radam"  # "radam" (purejaxql's) or "adam"
+    adam_eps: float = 1e-8  # RAdam's or Adam's epsilon, added to the root of the second-moment estimate
+    max_grad_norm: float = 10.0  # gradients are rescaled to at most this global L2 norm
+    num_epochs: int = 4  # passes over each update's batch
+    num_minibatches: int = 16  # minibatches per pass, per device, slicing its T * B transitions
+    gamma: float = 0.99  # discount factor per env step
     q_lambda: float = 0.95  # Peng's Q(lambda) trace parameter
     reward_scale: float = 1.0  # rewards are multiplied by this in the targets (purejaxql's CartPole: 0.1)
-    epsilon_start: float = 1.0
-    epsilon_end: float = 0.05
+    epsilon_start: float = 1.0  # epsilon-greedy: probability of a random action when the run starts
+    epsilon_end: float = 0.05  # epsilon-greedy: probability of a random action from epsilon_decay_steps on
     epsilon_decay_steps: int = 100_000  # env steps (all devices, one seed) of linear decay
+    # network body: an MLP for vectors, "minatar_cnn" for MinAtar grids, a CNN for pixels
     torso: Literal["mlp", "minatar_cnn", "nature_cnn", "impala_cnn"] = "mlp"
-    hidden_sizes: tuple[int, ...] = (128, 128)
-    activation: Literal["tanh", "relu", "gelu"] = "relu"
+    hidden_sizes: tuple[int, ...] = (128, 128)  # MLP layer widths; minatar_cnn: its dense layers
+    activation: Literal["tanh", "relu", "gelu"] = "relu"  # activation of the MLP and MinAtar CNN torsos
     layer_norm: bool = True  # LayerNorm before each activation: what stands in for a target network
     unroll_sgd: bool = False  # unroll epochs and minibatches (faster CNN updates on CPU)
 

@@ -1,0 +1,192 @@
+"""Named presets for PPO on both architectures: classic control, Atari, V-trace advantages,
+continuous control and MinAtar; merged into `PRESETS` by `experiments.presets`."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+from anakin.config import AnakinConfig
+from experiments.presets_common import MINATAR_GAMES, atari_env, named, sebulba_twin
+from podracer.agents import PPOConfig
+from podracer.config import Config, EnvConfig
+from sebulba.config import SebulbaConfig
+
+# Classic control.
+
+
+def ppo_cartpole_anakin() -> Config:
+    """PPO on CartPole-v1 with the CleanRL / PureJaxRL hyperparameters; learns in ~1 min on a CPU."""
+    return Config(
+        env=EnvConfig("CartPole-v1"),
+        agent=PPOConfig(),
+        arch=AnakinConfig(num_envs=4, rollout_length=128),
+        total_env_steps=500_000,
+    )
+
+
+def ppo_catch_anakin() -> Config:
+    """PPO on Catch, the Podracer paper's example: a perfect score (1.0) within 100k steps."""
+    return Config(
+        env=EnvConfig("Catch"),
+        agent=PPOConfig(learning_rate=5e-4, anneal_lr=False, activation="relu"),
+        arch=AnakinConfig(num_envs=32, rollout_length=16, updates_per_call=20),
+        total_env_steps=100_000,
+    )
+
+
+def ppo_cartpole_sebulba() -> Config:
+    """PPO on EnvPool's CartPole-v1 with the CleanRL classic-control hyperparameters.
+
+    12 envs x 64 steps per update (768 transitions, as 6 x 128) split evenly over 1, 2 or 3
+    learner devices, so the default device layout works on 1 to 4 devices.
+    """
+    return sebulba_twin(ppo_cartpole_anakin(), SebulbaConfig(num_envs=12, rollout_length=64))
+
+
+# Atari (EnvPool), Sebulba.
+
+
+def _atari_ppo(env_id: str) -> Config:
+    """CleanRL's `ppo_atari_envpool.py`: 8 envs x 128 steps, 4 minibatches x 4 epochs,
+    lr 2.5e-4 annealed, clip 0.1, entropy 0.01, Nature CNN shared by actor and critic,
+    episodic life and reward clipping, 10M env steps.
+
+    Sebulba's one departure from CleanRL: `max_policy_lag=1` (Cleanba's setting), so the
+    actors collect the next rollout with the previous parameters while the learner updates
+    (acting and learning overlap instead of taking turns). The clipped surrogate's ratio is
+    taken against the behaviour policy's log-probabilities, as Cleanba's PPO does.
+
+    On a CPU, `podracer train ppo-pong-sebulba --cpu-devices 3` (1 actor + 2 learner
+    devices) keeps two cores busy: ~136 env steps/s on 2 cores against 85 on one device."""
+    return Config(
+        env=atari_env(env_id),
+        agent=PPOConfig(
+            learning_rate=2.5e-4, anneal_lr=True, num_epochs=4, num_minibatches=4, gamma=0.99,
+            gae_lambda=0.95, clip_eps=0.1, clip_value=True, entropy_coef=0.01, value_coef=0.5,
+            max_grad_norm=0.5, torso="nature_cnn", shared_torso=True, unroll_sgd=True,
+        ),
+        arch=SebulbaConfig(num_envs=8, rollout_length=128, max_policy_lag=1, updates_per_log=1),
+        total_env_steps=10_000_000,
+    )
+
+
+def ppo_pong_sebulba() -> Config:
+    """PPO on Pong (EnvPool Atari v5); see `_atari_ppo`."""
+    return _atari_ppo("Pong-v5")
+
+
+def ppo_breakout_sebulba() -> Config:
+    """PPO on Breakout (EnvPool Atari v5); see `_atari_ppo`."""
+    return _atari_ppo("Breakout-v5")
+
+
+# V-trace advantages (for actors that lag behind the learner).
+
+
+def _with_vtrace(base: Config) -> Config:
+    return dataclasses.replace(base, agent=dataclasses.replace(base.agent, advantage="vtrace"))
+
+
+def ppo_vtrace_cartpole_anakin() -> Config:
+    """PPO with V-trace advantages on CartPole-v1 (on-policy under Anakin: a check that the
+    V-trace path learns as well as GAE)."""
+    return _with_vtrace(ppo_cartpole_anakin())
+
+
+def ppo_vtrace_pong_sebulba() -> Config:
+    """`ppo-pong-sebulba` with V-trace advantages and actors one version behind."""
+    return _with_vtrace(ppo_pong_sebulba())  # whose actors already lag one version
+
+
+# Continuous control: a Gaussian policy, observation normalisation and reward scaling,
+# after CleanRL's `ppo_continuous_action.py`.
+
+
+def continuous_ppo() -> PPOConfig:
+    """CleanRL's `ppo_continuous_action.py` hyperparameters: lr 3e-4 annealed, 10 epochs of
+    32 minibatches over 2048 transitions, gamma 0.99, GAE lambda 0.95, clip 0.2 (values
+    too), no entropy bonus, 64x64 tanh actor and critic apart, log-std starting at 0,
+    observations normalised and rewards scaled by the return's std (both clipped to 10)."""
+    return PPOConfig(
+        learning_rate=3e-4, anneal_lr=True, num_epochs=10, num_minibatches=32, gamma=0.99, gae_lambda=0.95,
+        clip_eps=0.2, clip_value=True, entropy_coef=0.0, value_coef=0.5, max_grad_norm=0.5,
+        hidden_sizes=(64, 64), activation="tanh", shared_torso=False, log_std_init=0.0,
+        normalize_observations=True, obs_clip=10.0, scale_rewards=True, reward_clip=10.0,
+    )
+
+
+def _continuous_anakin(env_id: str, total_env_steps: int) -> Config:
+    """`continuous_ppo` under Anakin: 16 envs x 128 steps per update, 8 updates per call."""
+    return Config(
+        env=EnvConfig(env_id),
+        agent=continuous_ppo(),
+        arch=AnakinConfig(num_envs=16, rollout_length=128, updates_per_call=8),
+        total_env_steps=total_env_steps,
+    )
+
+
+def ppo_pendulum_anakin() -> Config:
+    """PPO on gymnax Pendulum-v1 with CleanRL's continuous settings (16 envs x 128 steps)."""
+    return _continuous_anakin("Pendulum-v1", 1_000_000)
+
+
+def ppo_halfcheetah_sebulba() -> Config:
+    """PPO on EnvPool's HalfCheetah-v4 with CleanRL's continuous settings, 1M env steps.
+
+    CleanRL steps one environment for 2048 steps per update; here 4 environments x 512
+    steps make the same 2048-transition batch with a quarter of the policy calls (each
+    batch of 4 splits over 1, 2 or 4 learner devices). On-policy: actors wait for each
+    update (`max_policy_lag=0`), as CleanRL's acting and learning take turns."""
+    return Config(
+        env=EnvConfig("HalfCheetah-v4"),
+        agent=continuous_ppo(),
+        arch=SebulbaConfig(num_envs=4, rollout_length=512, max_policy_lag=0, updates_per_log=4),
+        total_env_steps=1_000_000,
+    )
+
+
+def ppo_inverted_pendulum_brax_anakin() -> Config:
+    """PPO on Brax's inverted_pendulum (needs `pip install podracer[brax]`), CleanRL's settings."""
+    return _continuous_anakin("brax/inverted_pendulum", 300_000)
+
+
+# MinAtar (gymnax's four games): `[10, 10, C]` boolean grids as float32, 10M env steps per
+# run as the published baselines; `podracer bench table` trains them over seeds and compares.
+
+
+def ppo_minatar(env_id: str) -> Config:
+    """PPO with gymnax-blines' MinAtar settings (RobertTLange/gymnax-blines,
+    `agents/<game>/ppo.yaml` and `utils/ppo.py`): 64 envs x 128 steps, 4 epochs x 8
+    minibatches, gamma 0.999, GAE lambda 0.95, clip 0.2 (also on the value), Adam (eps 1e-5)
+    at a constant 5e-4, gradient norm 0.5, entropy 0.01, value 0.5, advantages normalised
+    per minibatch, separate actor and critic MLPs of 2 x 256 ReLU on the flattened grid.
+    Departure: a truncated episode bootstraps from its final observation (gymnax-blines
+    treats the time limit as a termination)."""
+    return Config(
+        env=EnvConfig(env_id),
+        agent=PPOConfig(
+            learning_rate=5e-4, anneal_lr=False, num_epochs=4, num_minibatches=8, gamma=0.999, gae_lambda=0.95,
+            clip_eps=0.2, clip_value=True, entropy_coef=0.01, value_coef=0.5, max_grad_norm=0.5, adam_eps=1e-5,
+            normalize_advantages=True, torso="mlp", hidden_sizes=(256, 256), activation="relu", shared_torso=False,
+        ),
+        arch=AnakinConfig(num_envs=64, rollout_length=128, updates_per_call=8),
+        total_env_steps=10_000_000,
+    )
+
+
+PPO_PRESETS: dict[str, Callable[[], Config]] = {
+    "ppo-cartpole-anakin": ppo_cartpole_anakin,
+    "ppo-catch-anakin": ppo_catch_anakin,
+    "ppo-vtrace-cartpole-anakin": ppo_vtrace_cartpole_anakin,
+    "ppo-pendulum-anakin": ppo_pendulum_anakin,
+    "ppo-inverted-pendulum-brax-anakin": ppo_inverted_pendulum_brax_anakin,
+    **{f"ppo-{game}-minatar-anakin": named(
+        ppo_minatar, env_id, f"PPO on {env_id}, gymnax-blines' settings (2x256 MLP), 10M env steps")
+       for game, env_id in MINATAR_GAMES.items()},
+    "ppo-cartpole-sebulba": ppo_cartpole_sebulba,
+    "ppo-pong-sebulba": ppo_pong_sebulba,
+    "ppo-breakout-sebulba": ppo_breakout_sebulba,
+    "ppo-vtrace-pong-sebulba": ppo_vtrace_pong_sebulba,
+    "ppo-halfcheetah-sebulba": ppo_halfcheetah_sebulba,
+}
