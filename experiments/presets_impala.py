@@ -7,10 +7,11 @@ the learner, which V-trace corrects for.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable
 
 from anakin.config import AnakinConfig
-from experiments.presets_common import atari_env, sebulba_twin
+from experiments.presets_common import MINATAR_GAMES, atari_env, named, sebulba_twin
 from podracer.agents import ImpalaConfig
 from podracer.config import Config, EnvConfig
 from sebulba.config import SebulbaConfig
@@ -51,8 +52,47 @@ def impala_pong_sebulba() -> Config:
     )
 
 
+def impala_replay_pong_sebulba() -> Config:
+    """`impala-pong-sebulba` with replay (the RLDM 2019 recipe's replay; CLEAR/LASER style):
+    half of each update's sequences are replayed from a 20k-step buffer per learner device
+    (Atari steps are large: observation and next observation, 56 KB each) and V-trace
+    corrects them."""
+    base = impala_pong_sebulba()
+    return dataclasses.replace(base, agent=dataclasses.replace(base.agent, replay_fraction=0.5,
+                                                               replay_capacity=20_000))
+
+
+def impala_minatar(env_id: str, replay_fraction: float = 0.0) -> Config:
+    """IMPALA on a MinAtar game under Anakin: 64 envs x 32 steps, Adam at a constant 5e-4,
+    one pass of 4 minibatches of whole sequences, V-trace lambda 0.95, entropy 0.01,
+    separate 2 x 256 ReLU actor and critic MLPs on the flattened grid (as the PPO MinAtar
+    presets); with `replay_fraction`, that share of each update's sequences is replayed from
+    a 100k-step buffer per device."""
+    return Config(
+        env=EnvConfig(env_id),
+        agent=ImpalaConfig(
+            learning_rate=5e-4, optimizer="adam", anneal_lr=False, max_grad_norm=0.5, num_epochs=1,
+            num_minibatches=4, gamma=0.99, vtrace_lambda=0.95, entropy_coef=0.01, hidden_sizes=(256, 256),
+            activation="relu", replay_fraction=replay_fraction, replay_capacity=100_000,
+        ),
+        arch=AnakinConfig(num_envs=64, rollout_length=32, updates_per_call=16),
+        total_env_steps=10_000_000,
+    )
+
+
+def _impala_replay_minatar(env_id: str) -> Config:
+    return impala_minatar(env_id, replay_fraction=0.5)
+
+
 IMPALA_PRESETS: dict[str, Callable[[], Config]] = {
     "impala-cartpole-anakin": impala_cartpole_anakin,
     "impala-cartpole-sebulba": impala_cartpole_sebulba,
     "impala-pong-sebulba": impala_pong_sebulba,
+    "impala-replay-pong-sebulba": impala_replay_pong_sebulba,
+    **{f"impala-{game}-minatar-anakin": named(
+        impala_minatar, env_id, f"IMPALA on {env_id} (2x256 MLP, Adam), 10M env steps")
+       for game, env_id in MINATAR_GAMES.items() if game in ("breakout", "space-invaders")},
+    **{f"impala-replay-{game}-minatar-anakin": named(
+        _impala_replay_minatar, env_id, f"IMPALA on {env_id} with half of each update replayed, 10M env steps")
+       for game, env_id in MINATAR_GAMES.items() if game in ("breakout", "space-invaders")},
 }

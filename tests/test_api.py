@@ -2,6 +2,7 @@
 
 import dataclasses
 import importlib
+import importlib.util
 import json
 import os
 
@@ -80,6 +81,29 @@ def test_field_docs_read_trailing_and_leading_comments():
     assert field_docs(Example) == {
         "alpha": "the first line of a leading comment and its second line", "beta": "a trailing comment",
     }
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_every_preset_passes_setup(name):
+    """Every preset's sizes, batch splits (replayed sequences included) and agent/action-space
+    pairing are valid: its runner's setup passes (Anakin on the 4 test devices, Sebulba on
+    one actor and one learner device), so a preset never fails at the start of a run. A
+    preset on an optional extra that is not installed fails with a one-line error naming it."""
+    import anakin
+    import sebulba
+
+    config = PRESETS[name]()
+    if isinstance(config.arch, anakin.AnakinConfig):
+        runner = anakin.runner
+    else:
+        runner = sebulba.runner
+        config = dataclasses.replace(config, arch=dataclasses.replace(config.arch, actor_devices=(0,),
+                                                                      learner_devices=(1,)))
+    if config.env.id.startswith("brax/") and importlib.util.find_spec("brax") is None:
+        with pytest.raises(ConfigError, match="brax"):
+            runner.setup(config)
+        return
+    runner.setup(config)
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
