@@ -126,3 +126,19 @@ def test_impala_with_replay_learns_its_probe(tmp_path):
     result = train(config, console=False)
     learned_policy_ok(result, config, "discrete")
     assert result.metrics[-1]["replay_size"] == 2048
+
+
+def test_sebulba_run_with_replay_fills_each_learners_buffer(tmp_path, capsys):
+    """The command line, Sebulba's actors and learners with replay: trajectories as the actors
+    send them go into each learner device's buffer, which is logged as it fills."""
+    from experiments.cli import main
+    from tests.helpers import read_rows
+
+    run_dir = tmp_path / "run"
+    main(["train", "impala-cartpole-sebulba", "--agent.replay-fraction", "0.5", "--total-env-steps", "12288",
+          "--arch.updates-per-log", "2",
+          "--run-dir", str(run_dir), "--log.console", "false", "--log.tensorboard", "false"])
+    rows = read_rows(str(run_dir))
+    sizes = [row["replay_size"] for row in rows]
+    assert sizes == sorted(sizes) and sizes[-1] > sizes[0] > 0, sizes
+    assert all(np.isfinite(row["loss"]) for row in rows)
