@@ -7,15 +7,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import PartitionSpec as P
 
 import anakin
 from anakin import AnakinConfig
-from podracer import parallel
 from podracer.agents import PQNConfig, algorithm_for, algorithms, make_agent, pqn
 from podracer.config import Config, ConfigError, EnvConfig
 from podracer.types import BatchShape, BoxSpec, DiscreteSpec, ObsSpec
-from tests.helpers import random_trajectory, tree_allclose
+from tests.helpers import random_trajectory
 
 OBS_SPEC, ACTION_SPEC = ObsSpec((4,), jnp.float32), DiscreteSpec(3)
 
@@ -78,28 +76,6 @@ def test_targets_bootstrap_from_behaviour_q_where_episodes_go_on():
         traj.reward, discount, q_next, 0.95, traj.terminated | traj.truncated)
     got = jax.jit(pqn.q_lambda_targets, static_argnums=(0, 3, 4))(network, params.online, traj, 0.99, 0.95)
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
-
-
-@pytest.mark.timeout(120)
-def test_update_on_four_devices_equals_global_batch_on_one():
-    """Four devices with a quarter of the environments each take the same update (params,
-    optimizer state, schedule position) as one device with the whole rollout."""
-    config = PQNConfig(num_epochs=2, num_minibatches=1, hidden_sizes=(16,), learning_rate=1e-2)
-    one = pqn.make_pqn(config, OBS_SPEC, ACTION_SPEC, num_updates=4, axis_name=None)
-    state = jax.jit(one.init)(jax.random.key(0))
-    traj = random_trajectory(one, state.params, jax.random.key(1), T=6, B=8, obs_dim=4, num_actions=3)
-    expected, expected_metrics = jax.jit(one.update)(state, traj, jax.random.key(2))
-
-    mesh = parallel.make_mesh(jax.devices()[:4], "d")
-    four = pqn.make_pqn(config, OBS_SPEC, ACTION_SPEC, num_updates=4, axis_name="d")
-    run = jax.jit(jax.shard_map(lambda s, t, k: four.update(s, t, k), mesh=mesh,
-                                in_specs=(P(), P(None, "d"), P()), out_specs=(P(), P())))
-    got, metrics = run(state, parallel.shard(traj, mesh, P(None, "d")), jax.random.key(2))
-    tree_allclose(got, expected, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(metrics["loss"], expected_metrics["loss"], rtol=1e-5)
-    assert int(got.params.env_steps) == 6 * 8
-    moved = jax.tree.map(lambda a, b: float(jnp.abs(a - b).max()), got.params.online, state.params.online)
-    assert max(jax.tree.leaves(moved)) > 1e-4
 
 
 def train_anakin(env_id, agent, steps, num_envs=16, rollout_length=8, devices=(0,), updates_per_call=50):

@@ -4,19 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 
-import jax
-import numpy as np
 import pytest
 
 from experiments.presets import PRESETS
 from experiments.presets_ppo import ppo_cartpole_sebulba
-from podracer import parallel
 from podracer.agents import PPOConfig
 from podracer.config import Config, ConfigError, EnvConfig
 from sebulba import SebulbaConfig, setup, train
 from sebulba.layout import device_indices
-from sebulba.learner import device_keys, make_update_step, trajectory_sharding
-from tests.helpers import assert_sustained, tree_allclose
+from tests.helpers import assert_sustained
 
 TIMING_KEYS = (
     "actor_env_wait_s", "actor_inference_s", "actor_param_wait_s", "actor_queue_wait_s",
@@ -84,46 +80,6 @@ def test_unknown_env_and_batch_errors():
         setup(dataclasses.replace(small_config(), total_env_steps=100))
     with pytest.raises(ConfigError, match="agent.num_minibatches"):
         setup(dataclasses.replace(small_config(), agent=PPOConfig(num_minibatches=3)))
-
-
-@pytest.mark.timeout(120)
-def test_learner_update_matches_anakin():
-    """The same trajectory through the same agent gives the same parameters whether the
-    Anakin program or the Sebulba learner applies the update (2 devices each)."""
-    from anakin import runner as anakin_runner
-    from anakin.config import AnakinConfig
-    from anakin.program import iteration_keys, make_train_call
-    from anakin.rollout import rollout
-
-    agent_config = PPOConfig(num_minibatches=2, num_epochs=2, hidden_sizes=(16, 16))
-    config = Config(env=EnvConfig("CartPole-v1"), agent=agent_config, total_env_steps=4 * 8 * 10,
-                    arch=AnakinConfig(num_envs=4, rollout_length=8, devices=(0, 1), updates_per_call=1))
-    a = anakin_runner.setup(config)
-    state = anakin_runner.initial_state(config, a)
-    params = jax.tree.map(lambda x: x[0], state.agent)
-
-    # Anakin's first iteration on device d (its keys from the public `iteration_keys`):
-    # roll out its half of the environments.
-    trajectories, update_keys = [], []
-    roll = jax.jit(lambda params, envs, key: rollout(a.env, a.env_params, a.agent.act, params, envs, key, 8)[1])
-    for d in range(2):
-        _, rollout_key, update_key = iteration_keys(state.key[0, d])
-        envs = jax.tree.map(lambda x: x[0, 2 * d: 2 * d + 2], state.envs)
-        trajectories.append(roll(params.params, envs, rollout_key))
-        update_keys.append(update_key)
-    trajectory = jax.tree.map(lambda *xs: np.concatenate(xs, axis=1), *trajectories)
-
-    anakin_state, _ = make_train_call(a.env, a.env_params, a.agent, a.mesh, 8)(state, np.int32(1))
-
-    s = setup(dataclasses.replace(config, arch=SebulbaConfig(
-        num_envs=4, rollout_length=8, actor_devices=(2,), learner_devices=(0, 1))))
-    update_step = make_update_step(s.agent, s.mesh)
-    keys = jax.device_put(jax.numpy.stack(update_keys), device_keys(jax.random.key(0), s.mesh).sharding)
-    sebulba_state, metrics = update_step(
-        parallel.replicate(params, s.mesh), (jax.device_put(trajectory, trajectory_sharding(s.mesh)),), keys
-    )
-    assert int(sebulba_state.update_count) == 1
-    tree_allclose(sebulba_state, jax.tree.map(lambda x: x[0], anakin_state.agent), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.timeout(120)
