@@ -14,6 +14,7 @@ from podracer.config import Config, ConfigError, EnvConfig
 from tests.helpers import tree_allclose
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_ppo_learns_cartpole_on_4_devices():
     """The ppo-cartpole-anakin preset, unchanged, on 4 fake devices: return near 500."""
@@ -32,6 +33,7 @@ def test_ppo_learns_cartpole_on_4_devices():
             np.testing.assert_array_equal(shard, shards[0])
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_eight_seeds_in_one_program_each_learn():
     preset = PRESETS["ppo-catch-anakin"]()

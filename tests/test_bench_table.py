@@ -18,6 +18,7 @@ TINY = ["--seeds", "2", "--total-env-steps", "2048", "--milestones", "0.3", "1",
         "--agent.num-minibatches", "2"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_table_end_to_end_on_a_tiny_budget(tmp_path, capsys):
     """PQN on Catch, 2 seeds in one program, evaluated (greedy) at 30% and 100% of a

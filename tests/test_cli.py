@@ -72,6 +72,7 @@ def test_list_shows_presets(capsys):
     assert "ppo-cartpole-anakin" in out and "CartPole-v1" in out and "ppo" in out
 
 
+@pytest.mark.slow
 @pytest.mark.xdist_group("tiny-run")
 @pytest.mark.timeout(180)
 def test_train_writes_run_directory(tmp_path):

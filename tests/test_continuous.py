@@ -190,6 +190,7 @@ def test_normalization_options_are_validated():
         dataclasses.replace(PPOConfig(), reward_clip=-1.0)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_brax_env_steps_inside_shard_map():
     """The `brax` extra: a Brax environment reports its box and steps (auto-reset and all)

@@ -26,6 +26,7 @@ PROBE_AGENT = PPOConfig(learning_rate=3e-3, anneal_lr=False, num_minibatches=2, 
 QUIET = {"log": LogConfig(console=False, tensorboard=False), "checkpoint": CheckpointConfig(every_updates=0)}
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_normalized_update_on_4_devices_equals_1_device():
     """Observation and return statistics merge every device's data: after one update on 4
@@ -78,6 +79,7 @@ def anakin_run(tmp_path_factory):
     return run_dir, train(config)
 
 
+@pytest.mark.slow
 @pytest.mark.xdist_group("continuous-anakin")
 @pytest.mark.timeout(240)
 def test_anakin_continuous_ppo_learns_the_probe(anakin_run):
@@ -119,6 +121,7 @@ def test_normalizer_checkpoint_round_trip_and_evaluate(anakin_run):
     assert unnormalized.mean() < mean["mean_return"] - 0.05
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_sebulba_continuous_ppo_learns_the_probe_and_evaluates(tmp_path):
     """Float actions `[B, 1]` through the actor buffers, the host env (Gymnasium Box) and

@@ -212,6 +212,7 @@ def test_act_and_greedy_act_agree_with_the_spec(name, space):
         assert (np.asarray(greedy) >= action_spec.low).all() and (np.asarray(greedy) <= action_spec.high).all()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("name, kind", SUPPORTED_KINDS)
 def test_update_on_four_devices_equals_the_global_batch_on_one(name, kind):
@@ -222,6 +223,7 @@ def test_update_on_four_devices_equals_the_global_batch_on_one(name, kind):
     one_vs_four_devices(algorithms()[name], SPACES[space])
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("name, kind", SUPPORTED_KINDS)
 def test_anakin_and_sebulba_give_the_same_update(name, kind):
@@ -232,6 +234,7 @@ def test_anakin_and_sebulba_give_the_same_update(name, kind):
     anakin_vs_sebulba(algorithms()[name], SPACES[space])
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("name, kind", SUPPORTED_KINDS)
 def test_learns_its_probe(name, kind, tmp_path):

@@ -13,6 +13,7 @@ from tests.distributed_worker import small_config
 from tests.helpers import REPO, subprocess_env
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_two_processes_of_two_devices_equal_one_process_of_four(tmp_path):
     port, out = free_port(), tmp_path / "params.npz"
@@ -35,6 +36,7 @@ def test_two_processes_of_two_devices_equal_one_process_of_four(tmp_path):
     np.testing.assert_allclose(saved["returns"], [r["episode_return"] for r in reference.metrics], rtol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_sebulba_across_two_processes_stops_together(tmp_path):
     """Each process acts on its own actor device; the learner mesh spans both processes'

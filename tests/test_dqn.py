@@ -34,6 +34,7 @@ def test_config_errors_name_the_field():
         DQNConfig(buffer_size=256, batch_size=32).check_batch(BatchShape(16, 32))
 
 
+@pytest.mark.slow
 def test_registered():
     assert algorithms()["dqn"].config is DQNConfig and algorithm_for(DQNConfig()).name == "dqn"
     agent = make_agent(DQNConfig(), OBS_SPEC, ACTION_SPEC, num_updates=1, axis_name=None)
@@ -57,6 +58,7 @@ def random_items(seed: int, M: int) -> ReplaySample:
     return ReplaySample(items, np.zeros(M, np.int32), rng.uniform(0.2, 1.0, M).astype(np.float32))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("loss", ["huber", "mse"])
 def test_gradient_step_on_four_devices_equals_global_batch_on_one(loss):
@@ -94,6 +96,7 @@ def numbered_trajectory(T: int, B: int) -> Trajectory:
                       np.zeros((T, B), bool), obs + 0.5, {})
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("prioritized", [False, True])
 def test_update_on_four_devices_keeps_a_buffer_per_device(prioritized):
@@ -132,6 +135,7 @@ def test_update_on_four_devices_keeps_a_buffer_per_device(prioritized):
     assert max(jax.tree.leaves(moved)) > 1e-5
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_anakin_program_equals_calling_update_directly():
     """One compiled Anakin iteration (rollout, buffer insert, learning) on one device gives the
@@ -163,6 +167,7 @@ def test_anakin_program_equals_calling_update_directly():
     assert int(got.opt_state.gradient_steps) == 3
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(200)
 def test_dqn_learns_catch_on_four_devices():
     """Anakin on 4 devices, a buffer each: DQN catches > 80% of balls within 40k steps (a
@@ -197,6 +202,7 @@ def run_credit_updates(unroll_sgd: bool):
     return state, taken, achieved
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_replay_ratio_credit_carries_fractions_and_is_logged():
     """Ratio 0.3 on 20 transitions per update with batches of 16 earns 0.375 steps per
@@ -218,6 +224,7 @@ def test_replay_ratio_credit_carries_fractions_and_is_logged():
         DQNConfig(replay_ratio=0.0)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_importance_exponent_reaches_one_at_the_last_update():
     """Prioritized replay's beta anneals over the updates that learn, not from the run's

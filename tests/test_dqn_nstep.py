@@ -73,6 +73,7 @@ def random_stream(L: int, B: int, seed: int, restart: int | None = None):
     return obs, rng.normal(size=(L, B)).astype(np.float32), terminated, truncated, next_obs
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("restart", [None, 24])
 def test_n_step_targets_equal_brute_force_over_a_long_stream_cut_into_rollouts(restart):
@@ -156,6 +157,7 @@ AGENT = DQNConfig(n_step=N, gamma=GAMMA, buffer_size=128, batch_size=8, learning
                   epsilon_start=1.0)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(200)
 def test_anakin_buffers_hold_true_n_step_targets_across_rollouts():
     """Anakin, 2 devices with 2 environments each, 12 rollouts of 4 steps: each device's
@@ -189,6 +191,7 @@ class DriftGym(gymnasium.Env):
         return np.array([self.x, self.t], np.float32), float(self.x), abs(self.x) > 1.5, False, {}
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(200)
 def test_sebulba_buffers_hold_true_n_step_targets_across_rollouts():
     """Sebulba, 2 actor threads of 2 Gymnasium environments each, 2 learner devices (each gets

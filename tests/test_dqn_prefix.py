@@ -24,6 +24,7 @@ def env_batch(env: PrefixAdderEnv, n: int, seed: int = 0):
     return obs, env.observation_spec(None), env.action_spec(None)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("area_weight", [None, 0.3])
 def test_q_values_are_the_scalarised_maps(area_weight):
     """`[B, 2 N^2]` Q-values: the area and delay maps scalarised with the observed w (w
@@ -42,6 +43,7 @@ def test_q_values_are_the_scalarised_maps(area_weight):
     np.testing.assert_allclose(q, w[:, None] * maps[:, 0] + (1 - w[:, None]) * maps[:, 1], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_acting_respects_the_mask():
     """Greedy and epsilon-greedy actions (epsilon 1 and 0) are legal in every state."""
     env = PrefixAdderEnv(6, reset="random")

@@ -97,6 +97,7 @@ def _adapter_and_gymnax(env_id: str, num_steps: int, seed: int):
     return (obs, ts), (raw_obs, raw_steps)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("env_id", GYMNAX_IDS)
 def test_gymnax_adapter_gives_gymnax_observations_and_rewards(env_id):
@@ -125,6 +126,7 @@ def test_cartpole_terminates_when_pole_falls():
     assert terminated.any() and not np.asarray(ts.truncated).any()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Acrobot-v1", "MountainCar-v0", "Breakout-MinAtar",
                                     "Asterix-MinAtar", "Freeway-MinAtar", "SpaceInvaders-MinAtar", "Catch"])
 def test_registry_builds_and_steps(env_id):

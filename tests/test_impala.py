@@ -57,6 +57,7 @@ def test_registered():
     assert isinstance(impala_cartpole_anakin().agent, ImpalaConfig)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("agent_config", [
     PPOConfig(advantage="vtrace", num_minibatches=1, num_epochs=2),
@@ -103,6 +104,7 @@ def first_steps_to(rows, threshold):
     return next((r["env_steps"] for r in rows if (r["episode_return"] or 0) >= threshold), None)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_impala_learns_cartpole():
     """The preset, on a smaller budget: it gets near 475 by 350k env steps and stays there,

@@ -23,6 +23,7 @@ class StopAfter:
         return self.calls < 0
 
 
+@pytest.mark.slow
 @pytest.mark.xdist_group("tiny-run")
 @pytest.mark.timeout(240)
 def test_stop_and_resume_on_4_devices_is_exact(tmp_path):
@@ -50,6 +51,7 @@ def test_stop_and_resume_on_4_devices_is_exact(tmp_path):
         assert checkpoints.all_steps() == [12, 14]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_resume_with_another_config_is_a_clear_error(tmp_path):
     train_lib.train(dataclasses.replace(TINY, run_dir=str(tmp_path / "run")), should_stop=StopAfter(0))
@@ -72,6 +74,7 @@ def nan_after(update, agent_update):
     return poisoned
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_non_finite_parameters_stop_the_run_and_keep_the_last_good_checkpoint(tmp_path, monkeypatch):
     from anakin import runner

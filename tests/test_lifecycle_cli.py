@@ -53,6 +53,7 @@ def final_agent(run_dir):
 
 
 
+@pytest.mark.slow
 @pytest.mark.xdist_group("tiny-run")
 @pytest.mark.timeout(240)
 def test_sigterm_then_resume_equals_the_uninterrupted_run(tmp_path):

@@ -60,6 +60,7 @@ def test_a_row_without_legal_actions_is_left_unmasked():
     assert np.isfinite(ops.entropy_loss(masked))
 
 
+@pytest.mark.slow
 def test_epsilon_greedy_picks_only_legal_actions_uniformly():
     """Exploring, the action is uniform over the legal ones; greedy, the best legal one
     even where the best of all is illegal."""
@@ -190,6 +191,7 @@ def test_an_agent_on_an_action_space_it_does_not_support_exits_2(argv, names, ca
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("double_q", [True, False])
 def test_dqn_loss_bootstraps_from_the_best_legal_action(double_q):
     """DQN's gradient step takes the bootstrap state's mask from replay: its TD errors are
@@ -221,6 +223,7 @@ def test_dqn_loss_bootstraps_from_the_best_legal_action(double_q):
     np.testing.assert_allclose(td, expected - q, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_sebulba_carries_masks_through_actors_learner_and_evaluation(tmp_path):
     """Masked observations of a host environment (a JAX env on the host) reach `act` through

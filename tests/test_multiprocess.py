@@ -56,6 +56,7 @@ def error_line(err):
     return lines[0]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_processes_that_disagree_fail_at_start_on_every_process(tmp_path):
     """Another --run-dir, another config value, or a run directory a process cannot see:
@@ -118,6 +119,7 @@ def bench_limit(arch, train_args):
     return bench(resolve_config(train_args[0], [*train_args[1:], *one_process]), seconds=3.0)["limit_sps"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ["anakin", "sebulba"])
 @pytest.mark.timeout(900)
 def test_a_run_across_processes_survives_a_killed_process_and_stops(arch, tmp_path):

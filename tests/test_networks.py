@@ -30,6 +30,7 @@ def count(params) -> int:
     return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("torso, size, features", [("nature_cnn", NATURE, 512), ("impala_cnn", IMPALA, 256)])
 def test_torso_shapes_and_parameter_count(torso, size, features):
     net = common.make_torso(torso, (64,), "relu", FRAMES)
@@ -45,6 +46,7 @@ def test_torso_shapes_and_parameter_count(torso, size, features):
     assert min(float(jnp.abs(g).max()) for g in jax.tree.leaves(grads)) > 0
 
 
+@pytest.mark.slow
 def test_ppo_with_a_cnn_torso_acts_and_learns():
     """PPO on frames with the Atari presets' shared Nature CNN torso: `act` samples valid
     actions with finite log-probabilities and values, and one update moves every layer."""

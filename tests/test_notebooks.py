@@ -10,6 +10,7 @@ from tests.helpers import REPO
 NOTEBOOKS = sorted(glob.glob(os.path.join(REPO, "experiments", "notebooks", "*.ipynb")))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)
 def test_notebook_runs(path, tmp_path, monkeypatch):

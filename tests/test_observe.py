@@ -85,6 +85,7 @@ def test_non_vector_observations_are_refused():
         make_configured_jax_env(EnvConfig("Catch", observe=(0,)))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("preset, arch", [("ppo-cartpole-anakin", ["--arch.updates-per-call", "4"]),
                                           ("ppo-cartpole-sebulba", [])])

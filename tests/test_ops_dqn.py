@@ -37,6 +37,7 @@ def test_one_step_targets_are_plain_transitions():
     np.testing.assert_array_equal(last, [0, 1, 2])
 
 
+@pytest.mark.slow
 def test_q_learning_and_double_q_match_rlax(variant):
     keys = jax.random.split(jax.random.key(0), 5)
     B, A = 16, 3
@@ -78,6 +79,7 @@ def chains(reward, terminated=None, truncated=None, first=None) -> Step:
     return Step(nothing, nothing, reward, flag(terminated), flag(truncated), nothing, flag(first))
 
 
+@pytest.mark.slow
 def test_chain_targets_stop_at_episode_ends_and_new_streams():
     """n = 3, gamma = 0.5, rewards 1, 2, 4 along each chain."""
     r = [[1.0, 2.0, 4.0]] * 6
@@ -98,6 +100,7 @@ def test_chain_targets_stop_at_episode_ends_and_new_streams():
     np.testing.assert_array_equal(last, [2, 1, 0, 1, 0, 1])
 
 
+@pytest.mark.slow
 def test_truncation_bootstraps_from_final_obs_termination_does_not():
     """One step each, env 0 truncated, env 1 terminated, same final observation: the target
     with Q(final_obs) = 10 is 1 + 0.9 * 10 when truncated, 1 when terminated."""
@@ -132,6 +135,7 @@ def dqn_batch(seed: int, M: int = 8):
     return ReplaySample(items, np.arange(M, dtype=np.int32), np.ones(M, np.float32))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_target_network_follows_a_counted_schedule():
     """`target_update_period=3`, hard copies, one gradient step per update: after update u
@@ -160,6 +164,7 @@ def test_target_network_follows_a_counted_schedule():
             assert_trees_equal(onlines[u], onlines[u - 1])
 
 
+@pytest.mark.slow
 def test_polyak_target_moves_only_when_due():
     """`target_update_tau=0.25`, period 2: the target becomes `0.25 online + 0.75 target`
     on every second gradient step and stays put on the others."""
@@ -183,6 +188,7 @@ def test_polyak_target_moves_only_when_due():
         learner = new_learner
 
 
+@pytest.mark.slow
 def test_loss_weights_items_by_their_importance_weights():
     """A prioritized batch with known weights: the loss is `mean(w * loss_i)`, and weights
     `(M, 0, ..., 0)` give exactly the step of a batch of M copies of the first item."""

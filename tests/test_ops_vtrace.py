@@ -33,6 +33,7 @@ def batched(fn, jit: bool, **kwargs):
     return jax.jit(fn) if jit else fn
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("jit", [True, False], ids=["with_jit", "without_jit"])
 @pytest.mark.parametrize(
     "lambda_, clip_rho, clip_pg_rho",

@@ -53,6 +53,7 @@ def test_clipped_value_loss_follows_the_formula_and_stops_the_gradient_past_eps(
     np.testing.assert_allclose(grad, (value - target) / 4 * np.array([1, 0, 1, 1]), rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_ppo_clips_its_value_around_the_learners_values_at_the_start_of_the_update():
     """The clip is centred on `V_k`, the learner's values when the update starts (GAE's),
     not on the values a lagging actor recorded. With `V_k = 0` and recorded values far from 0,
@@ -89,6 +90,7 @@ def param_step(before, after) -> np.ndarray:
                            for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(after), strict=True)])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config", [
     PPOConfig(learning_rate=1e-2, num_epochs=1, num_minibatches=1, hidden_sizes=(8,)),
     ImpalaConfig(learning_rate=1e-2, optimizer="rmsprop", hidden_sizes=(8,)),
@@ -111,6 +113,7 @@ def test_learning_rate_decays_linearly_to_zero_over_the_run(config):
         np.testing.assert_allclose(step, (1 - k / N) * first, rtol=1e-3, atol=3e-7, err_msg=f"after {k} updates")
 
 
+@pytest.mark.slow
 def test_learning_rate_reaches_zero_after_every_sgd_step_of_the_run():
     """2 epochs x 2 minibatches per update, 3 updates: the schedule spans all 12 SGD
     steps, so the third update still moves the parameters and a fourth (past the run)

@@ -40,6 +40,7 @@ def _ppo_pair(config):
     return single, multi
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("normalize", [True, False])
 def test_ppo_update_on_4_devices_equals_1_device(normalize):
     """Full-batch epochs (1 minibatch) make the update independent of shuffling, so the

@@ -30,6 +30,7 @@ def values_and_probs(params, obs):
     return np.asarray(value), np.asarray(jax.nn.softmax(logits))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_value_learns_constant_reward():
     _, params = train_probe("ProbeConstantReward", steps=10_000)
@@ -37,6 +38,7 @@ def test_value_learns_constant_reward():
     np.testing.assert_allclose(value, [1.0], atol=0.1)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_value_learns_discounting():
     _, params = train_probe("ProbeDiscounting", steps=20_000)
@@ -44,6 +46,7 @@ def test_value_learns_discounting():
     np.testing.assert_allclose(value, [0.9, 1.0], atol=0.1)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_policy_learns_observation_dependent_action():
     result, params = train_probe("ProbeActionReward", steps=20_000)
@@ -78,6 +81,7 @@ def reference_gae(value, next_value, reward, terminated, truncated, gamma, lambd
     return advantage, advantage + value
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("lag", [0, 1])
 def test_gae_uses_one_value_function_under_policy_lag(lag):

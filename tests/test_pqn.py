@@ -30,6 +30,7 @@ def test_config_errors_name_the_field():
         make_agent(PQNConfig(), OBS_SPEC, BoxSpec((2,), -1.0, 1.0), num_updates=1, axis_name=None)
 
 
+@pytest.mark.slow
 def test_registered_and_greedy_act_is_the_argmax():
     assert algorithms()["pqn"] is algorithm_for(PQNConfig()) and algorithm_for(PQNConfig()).make is pqn.make_pqn
     agent = make_agent(PQNConfig(), OBS_SPEC, ACTION_SPEC, num_updates=1, axis_name=None)
@@ -41,6 +42,7 @@ def test_registered_and_greedy_act_is_the_argmax():
     assert {"LayerNorm_0", "LayerNorm_1"} <= set(state.params.online["params"]["torso"])
 
 
+@pytest.mark.slow
 def test_minatar_torso_equals_a_convolution():
     """The MinAtar torso's patch matmul is a 3x3 VALID convolution with the same kernel."""
     from podracer.networks import MinAtarCNN
@@ -55,6 +57,7 @@ def test_minatar_torso_equals_a_convolution():
     np.testing.assert_allclose(net.apply(params, x), jax.nn.relu(hidden), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_targets_bootstrap_from_behaviour_q_where_episodes_go_on():
     """The agent's targets equal Q(lambda) over a full forward pass of `next_obs`, with and
     without truncations and terminations in the rollout."""
@@ -90,6 +93,7 @@ PROBE = PQNConfig(learning_rate=3e-3, anneal_lr=False, optimizer="adam", num_epo
                   hidden_sizes=(16,))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_learns_action_dependent_reward_and_discounting():
     """Probe environments: Q(+1, 1) = Q(-1, 0) = 1 and the wrong actions -1 (the greedy
@@ -104,6 +108,7 @@ def test_learns_action_dependent_reward_and_discounting():
     np.testing.assert_allclose(q, [[0.9, 0.9], [1.0, 1.0]], atol=0.1)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(200)
 def test_pqn_learns_catch_on_four_devices():
     """Anakin on 4 devices: PQN catches most balls (return > 0.7) within 30k env steps while still
@@ -116,6 +121,7 @@ def test_pqn_learns_catch_on_four_devices():
     assert rows[-1]["epsilon"] == pytest.approx(0.05)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(200)
 def test_pqn_runs_under_sebulba_with_replicated_learners():
     """The same agent under Sebulba (1 actor device, 2 learner devices, actors one version

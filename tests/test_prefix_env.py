@@ -53,6 +53,7 @@ def test_registry_ids_and_specs():
         register_jax_env("PrefixAdder-9", PrefixAdderEnv)
 
 
+@pytest.mark.slow
 def test_dynamics_masks_observations_and_rewards_match_the_reference():
     n, steps, num_envs = 8, 12, 6
     env = PrefixAdderEnv(n, area_weight=None, horizon=5, reset="mixed", fanout_weight=0.25)

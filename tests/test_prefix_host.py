@@ -33,6 +33,7 @@ def random_graphs(n, count, seed):
     return np.stack([G.random_graph(rng, n, rng.random() * 0.3) for _ in range(count)])
 
 
+@pytest.mark.slow
 def test_host_and_jax_forms_agree_on_dynamics_observations_and_rewards():
     """Same start graphs, same actions: same graphs, masks, observations, rewards and
     truncations, through auto-resets (both forms reset to Sklansky here)."""

@@ -150,6 +150,7 @@ def test_prioritized_sampling_stays_on_held_items_over_thousands_of_cycles(capac
     assert np.count_nonzero(leaves) == held  # every item can still be drawn
 
 
+@pytest.mark.slow
 def test_set_priorities_ignores_slots_that_hold_nothing():
     replay = make_replay(capacity=10, batch_size=10, prioritized=True, priority_exponent=1.0)
     state = replay.add(replay.init(EXAMPLE), items([0, 1, 2, 3]))

@@ -100,6 +100,7 @@ def test_batch_checks_count_the_replayed_sequences(config, batch, match):
     dataclasses.replace(config, replay_fraction=0.5, num_minibatches=4, replay_capacity=10_000).check_batch(batch)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, extra", [("impala", {}), ("ppo", {"advantage": "vtrace"})])
 def test_anakin_and_sebulba_give_the_same_update_with_replay(name, extra):
     """Same trajectories and keys: the same buffers, the same samples, the same parameters."""
@@ -128,6 +129,7 @@ def test_impala_with_replay_learns_its_probe(tmp_path):
     assert result.metrics[-1]["replay_size"] == 2048
 
 
+@pytest.mark.slow
 def test_sebulba_run_with_replay_fills_each_learners_buffer(tmp_path, capsys):
     """The command line, Sebulba's actors and learners with replay: trajectories as the actors
     send them go into each learner device's buffer, which is logged as it fills."""

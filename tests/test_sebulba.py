@@ -82,6 +82,7 @@ def test_unknown_env_and_batch_errors():
         setup(dataclasses.replace(small_config(), agent=PPOConfig(num_minibatches=3)))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_policy_lag_one_runs_ahead_and_is_reported():
     result = train(small_config(max_policy_lag=1, actor_devices=(0, 1), learner_devices=(2, 3)))
@@ -95,6 +96,7 @@ def test_policy_lag_one_runs_ahead_and_is_reported():
     assert int(result.state.update_count) == 20
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_ppo_cartpole_sebulba_learns_on_four_devices():
     """1 actor device, 3 learner devices (the default layout on 4), on-policy."""

@@ -43,6 +43,7 @@ def test_presets_are_valid_and_never_block_actors_on_the_learner():
     setup(DQN_PRESETS["dqn-cartpole-sebulba"]())  # the default layout on 4 devices: 1 actor, 3 learners
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_learner_update_matches_anakin():
     """The same DQN agent, state (a different pre-filled prioritized buffer per device, some
@@ -94,6 +95,7 @@ def test_learner_update_matches_anakin():
     assert not np.array_equal(got.local.experience.obs[0], got.local.experience.obs[1])
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_dqn_on_four_devices_keeps_a_buffer_per_learner_device():
     """1 actor device, 3 learner devices, actors one version ahead: each learner device fills

@@ -60,6 +60,7 @@ class FailingEnv:
         self._env.close()
 
 
+@pytest.mark.slow
 def test_env_that_raises_stops_every_thread(monkeypatch):
     failed_at: list[float] = []
 
@@ -86,6 +87,7 @@ def test_nan_in_the_learner_stops_every_thread(monkeypatch):
     assert sebulba_threads() == []
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_cleanly():
     interrupted_at: list[float] = []
 

@@ -28,6 +28,7 @@ TINY = Config(
 )
 
 
+@pytest.mark.slow
 def test_stop_checkpoints_and_resume_continues_the_learner(tmp_path):
     run_dir = tmp_path / "run"
     config = dataclasses.replace(TINY, run_dir=str(run_dir))
@@ -60,6 +61,7 @@ def test_stop_checkpoints_and_resume_continues_the_learner(tmp_path):
         evaluate(str(run_dir), episodes=1, video=str(tmp_path / "cartpole.gif"))
 
 
+@pytest.mark.slow
 def test_resume_with_another_network_is_a_clear_error(tmp_path):
     config = dataclasses.replace(TINY, total_env_steps=4 * 16 * 4)
     with Checkpointer(str(tmp_path / "checkpoints")) as checkpoints:

@@ -80,6 +80,7 @@ def first_update(config, traj_parts, behaviour_noise: float = 0.0, seed: int = 0
     return jax.device_get(metrics), log_prob, value, next_value, behaviour
 
 
+@pytest.mark.slow
 def test_ppo_gae_update_uses_each_episode_alone():
     """PPO's update on a trajectory with episode ends of both kinds: its advantages are
     rlax's GAE on each episode alone, bootstrapping a truncated one from V(final obs).
@@ -98,6 +99,7 @@ def test_ppo_gae_update_uses_each_episode_alone():
     np.testing.assert_allclose(metrics["value_loss"], 0.5 * np.mean(advantage**2), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ["ppo-vtrace", "impala"])
 def test_vtrace_updates_use_each_episode_alone(algorithm):
     """PPO with V-trace and IMPALA, off-policy (behaviour log-probabilities perturbed): the
@@ -140,6 +142,7 @@ def test_anakin_rollout_records_the_final_observation_at_a_time_limit():
     assert int(stats.count) == 4 and float(stats.return_sum) == 16.0  # 2 envs x 2 episodes of 4 steps
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_ppo_values_ignore_the_time_limit():
     """On the time-limit probe with gamma 0.5 every state is worth 1 / (1 - 0.5) = 2; an
