@@ -7,6 +7,7 @@ from typing import Callable
 from anakin.config import AnakinConfig
 from experiments.presets_dqn import DQN_PRESETS
 from experiments.presets_impala import IMPALA_PRESETS
+from experiments.presets_muzero import MUZERO_PRESETS
 from experiments.presets_sebulba import SEBULBA_PRESETS
 from podracer.agents import PPOConfig
 from podracer.config import Config, EnvConfig
@@ -38,4 +39,5 @@ PRESETS: dict[str, Callable[[], Config]] = {
     **IMPALA_PRESETS,
     **SEBULBA_PRESETS,
     **DQN_PRESETS,
+    **MUZERO_PRESETS,
 }

@@ -45,15 +45,20 @@ def test_two_hot_hand_computed_and_round_trip(variant):
 
 
 def test_scalar_categorical_round_trip_through_logits(variant):
-    """Scalars inside the support (|h(x)| <= S) come back from `log(two_hot(h(x)))` as logits."""
+    """Scalars inside the support (|x| <= max_value) come back from `log(two_hot(h(x)))` as
+    logits; MuZero's Atari support (the integers -300 .. 300 of h) is max_value = h^-1(300)."""
     x = jnp.array([-100.0, -3.5, 0.0, 0.7, 12.0, 110.0])
-    probs = variant(lambda v: ops.scalar_to_categorical(v, 10))(x)
+    max_value = float(ops.signed_parabolic(jnp.float32(10.0)))  # the integers -10 .. 10 of h
+    probs = variant(lambda v: ops.scalar_to_categorical(v, max_value, 21))(x)
     assert probs.shape == (6, 21)
     np.testing.assert_allclose(probs.sum(-1), 1.0, atol=1e-6)
-    back = variant(lambda p: ops.categorical_to_scalar(jnp.log(p + 1e-30), 10))(probs)
+    back = variant(lambda p: ops.categorical_to_scalar(jnp.log(p + 1e-30), max_value))(probs)
     np.testing.assert_allclose(back, x, rtol=1e-4, atol=1e-4)
     expected = rlax.transform_to_2hot(rlax.signed_hyperbolic(x), -10.0, 10.0, 21)
     np.testing.assert_allclose(probs, expected, atol=1e-4)
+    # Beyond max_value: clipped to it.
+    np.testing.assert_allclose(ops.categorical_to_scalar(jnp.log(ops.scalar_to_categorical(jnp.array(1e4), 5.0, 7)), 5.0),
+                               5.0, rtol=1e-5)
 
 
 def test_categorical_cross_entropy_is_minimal_at_the_target():

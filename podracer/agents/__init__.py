@@ -10,14 +10,15 @@ from typing import Any, Callable
 
 from podracer.agents.dqn import DQNConfig, make_dqn
 from podracer.agents.impala import ImpalaConfig, make_impala
+from podracer.agents.muzero import MuZeroConfig, make_muzero
 from podracer.agents.ppo import PPOConfig, make_ppo
 from podracer.parallel import AxisName
 from podracer.types import Agent, DiscreteSpec, ObsSpec
 
 FACTORIES: dict[type, Callable[..., Agent]] = {
-    PPOConfig: make_ppo, ImpalaConfig: make_impala, DQNConfig: make_dqn,
+    PPOConfig: make_ppo, ImpalaConfig: make_impala, DQNConfig: make_dqn, MuZeroConfig: make_muzero,
 }
-ALGORITHMS: dict[str, type] = {"ppo": PPOConfig, "impala": ImpalaConfig, "dqn": DQNConfig}
+ALGORITHMS: dict[str, type] = {"ppo": PPOConfig, "impala": ImpalaConfig, "dqn": DQNConfig, "muzero": MuZeroConfig}
 
 
 def make_agent(
@@ -32,6 +33,6 @@ def make_agent(
 
 
 __all__ = [
-    "ALGORITHMS", "DQNConfig", "FACTORIES", "ImpalaConfig", "PPOConfig", "make_agent", "make_dqn",
-    "make_impala", "make_ppo",
+    "ALGORITHMS", "DQNConfig", "FACTORIES", "ImpalaConfig", "MuZeroConfig", "PPOConfig", "make_agent", "make_dqn",
+    "make_impala", "make_muzero", "make_ppo",
 ]

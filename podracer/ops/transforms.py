@@ -11,6 +11,8 @@ trained with cross-entropy against that distribution; its prediction is read bac
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 
@@ -54,19 +56,27 @@ def from_two_hot(probs: Array, min_value: float, max_value: float) -> Array:
     return jnp.sum(probs * support(min_value, max_value, probs.shape[-1]), axis=-1)
 
 
-def scalar_to_categorical(x: Array, support_size: int, eps: float = 1e-3) -> Array:
-    """MuZero's target: `two_hot(h(x))` over the integers `-support_size .. support_size` of
-    the transformed scale, `[...] -> [..., 2 * support_size + 1]`."""
-    return two_hot(signed_hyperbolic(x, eps), -support_size, support_size, 2 * support_size + 1)
+def scalar_to_categorical(x: Array, max_value: float, num_bins: int, eps: float = 1e-3) -> Array:
+    """MuZero's target: `two_hot(h(x))` over `num_bins` points evenly spaced on the
+    transformed scale between `h(-max_value)` and `h(max_value)`, `[...] -> [..., num_bins]`
+    (MuZero's Atari support, the integers -300 .. 300 of h, is `max_value = h^-1(300)`,
+    601 bins). Scalars beyond `max_value` are clipped to it."""
+    bound = _support_bound(max_value, eps)
+    return two_hot(signed_hyperbolic(x, eps), -bound, bound, num_bins)
 
 
-def categorical_to_scalar(logits: Array, support_size: int, eps: float = 1e-3) -> Array:
-    """MuZero's prediction: `h^-1` of the mean of `softmax(logits)` over the transformed
-    support, `[..., 2 * support_size + 1] -> [...]`."""
-    mean = from_two_hot(jax.nn.softmax(logits), -support_size, support_size)
-    return signed_parabolic(mean, eps)
+def categorical_to_scalar(logits: Array, max_value: float, eps: float = 1e-3) -> Array:
+    """MuZero's prediction: `h^-1` of the mean of `softmax(logits)` over the support of
+    `scalar_to_categorical`, `[..., num_bins] -> [...]`."""
+    bound = _support_bound(max_value, eps)
+    return signed_parabolic(from_two_hot(jax.nn.softmax(logits), -bound, bound), eps)
 
 
 def categorical_cross_entropy(logits: Array, target_probs: Array) -> Array:
     """`-sum_i p_i log softmax(logits)_i`, `[..., N] -> [...]`; no gradient to the target."""
     return -jnp.sum(jax.lax.stop_gradient(target_probs) * jax.nn.log_softmax(logits), axis=-1)
+
+
+def _support_bound(max_value: float, eps: float) -> float:
+    """`h(max_value)` as a Python float (static: it fixes the support's points)."""
+    return float(math.sqrt(abs(max_value) + 1.0) - 1.0 + eps * abs(max_value))
