@@ -237,3 +237,21 @@ def test_bench_reports_acting_with_and_without_search():
     result = bench_anakin(tiny_anakin_config(), repeats=1)
     assert result["sps"] > 0 and result["limit_sps"] > 0 and result["limit_sps_without_search"] > 0
     assert result["search_cost"] == pytest.approx(result["limit_sps_without_search"] / result["limit_sps"], rel=0.05)
+
+
+def test_without_vma_check_runs_untyped_loops_under_shard_map():
+    """mctx's pattern: a loop that starts from constants and carries device-varying values
+    is rejected under `shard_map(check_vma=True)`; wrapped, it runs, and its output is
+    typed device-varying, so a `pmean` of it averages over the devices."""
+    def count_up(x):  # while_loop from a constant (invariant) carry to a varying one
+        return jax.lax.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, c[1] + x), (0, jnp.zeros(x.shape)))[1]
+
+    mesh = parallel.make_mesh(jax.devices()[:2], "d")
+    x = jnp.arange(4.0)
+    run = lambda fn: jax.jit(jax.shard_map(lambda x: jax.lax.pmean(fn(x), "d"), mesh=mesh,  # noqa: E731
+                                           in_specs=P("d"), out_specs=P()))(x)
+    with pytest.raises(TypeError, match="carry input and carry output must have equal types"):
+        run(count_up)
+    # Device 0 holds [0, 1], device 1 [2, 3]: the mean of 3x over the two is [3, 6].
+    np.testing.assert_allclose(run(parallel.without_vma_check(count_up)), [3.0, 6.0])
+    np.testing.assert_allclose(jax.jit(parallel.without_vma_check(count_up))(x), 3 * x)  # outside: fn itself
