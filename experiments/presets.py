@@ -11,6 +11,7 @@ from experiments.presets_continuous import CONTINUOUS_PRESETS
 from experiments.presets_dqn import DQN_PRESETS
 from experiments.presets_impala import IMPALA_PRESETS
 from experiments.presets_minatar import MINATAR_PRESETS
+from experiments.presets_muzero import MUZERO_PRESETS
 from experiments.presets_pqn import PQN_PRESETS
 from experiments.presets_prefix import PREFIX_PRESETS
 from experiments.presets_sebulba import SEBULBA_PRESETS
@@ -48,6 +49,7 @@ PRESETS: dict[str, Callable[[], Config]] = {
     **PQN_PRESETS,
     **MINATAR_PRESETS,
     **PREFIX_PRESETS,
+    **MUZERO_PRESETS,
 }
 
 

@@ -1,0 +1,95 @@
+"""The sequence replay buffer: consecutive steps of one environment across adds and
+wrap-around, never across the write head, uniform over what it holds, episode boundaries."""
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from podracer.replay_sequence import make_sequence_replay, same_episode
+
+
+class Step(NamedTuple):
+    time: jax.Array  # the step's time since the start (over every add)
+    env: jax.Array
+    terminated: jax.Array
+    truncated: jax.Array
+
+
+def rollout(first_time: int, T: int, B: int, ends: dict | None = None) -> Step:
+    """Steps `[T, B]` numbered by (time, env); `ends` maps (time, env) to "terminated"/"truncated"."""
+    time, env = np.meshgrid(np.arange(first_time, first_time + T), np.arange(B), indexing="ij")
+    terminated, truncated = np.zeros((T, B), bool), np.zeros((T, B), bool)
+    for (t, b), kind in (ends or {}).items():
+        if first_time <= t < first_time + T:
+            (terminated if kind == "terminated" else truncated)[t - first_time, b] = True
+    return Step(time.astype(np.int32), env.astype(np.int32), terminated, truncated)
+
+
+EXAMPLE = Step(np.int32(0), np.int32(0), np.bool_(False), np.bool_(False))
+
+
+@functools.lru_cache(maxsize=None)
+def buffer_fns(capacity: int, length: int, batch: int, B: int):
+    replay = make_sequence_replay(capacity, length, batch)
+    return (replay, jax.jit(replay.add), jax.jit(lambda s, k: replay.sample(s, k, B)),
+            jax.jit(lambda s: (replay.size(s), replay.can_sample(s, B))))
+
+
+@pytest.mark.timeout(120)
+def test_sequences_follow_one_env_across_adds_and_wrap_around():
+    """Capacity 40 steps (not a multiple of B = 3), sequences of 4, rollouts of 5 x 3: every
+    sample is 4 consecutive steps of one environment, from the steps still held, and every
+    possible (env, start) is drawn."""
+    capacity, L, B, T = 40, 4, 3, 5
+    replay, add, sample, size = buffer_fns(capacity, L, 256, B)
+    state = replay.init(EXAMPLE)
+    assert [int(x) for x in size(state)] == [0, 0]
+    for k in range(8):  # 8 adds of 15 steps: the buffer wraps after 2.7 adds
+        state = add(state, rollout(T * k, T, B))
+        held, ready = (int(x) for x in size(state))
+        written = T * B * (k + 1)
+        assert held == min(written, capacity)
+        assert ready == (held >= (L - 1) * B + 1)
+        if not ready:
+            continue
+        steps = jax.device_get(sample(state, jax.random.key(k)).items)  # [L, M]
+        assert steps.time.shape == (L, 256)
+        np.testing.assert_array_equal(steps.env, np.broadcast_to(steps.env[0], steps.env.shape))
+        np.testing.assert_array_equal(steps.time, steps.time[0] + np.arange(L)[:, None])
+        # Only steps still held: stream position time * B + env among the last `capacity` written.
+        position = steps.time * B + steps.env
+        assert position.min() >= written - capacity and position.max() < written
+        starts = set(zip(steps.time[0].tolist(), steps.env[0].tolist()))
+        possible = {(n, b) for n in range(T * (k + 1)) for b in range(B)
+                    if n * B + b >= written - capacity and (n + L - 1) * B + b < written}
+        assert starts <= possible
+        if k == 7:
+            assert len(possible) == 31 and starts == possible  # 256 uniform draws reach every one
+
+
+@pytest.mark.timeout(60)
+def test_same_episode_marks_steps_after_an_end():
+    done = jnp.array([[False, True, False], [True, False, False], [False, False, False], [True, False, True]])
+    np.testing.assert_array_equal(same_episode(done), [[1, 1, 1], [1, 0, 1], [0, 0, 1], [0, 0, 1]])
+    replay, add, sample, _ = buffer_fns(60, 4, 64, 2)
+    ends = {(1, 0): "terminated", (4, 1): "truncated"}
+    state = add(replay.init(EXAMPLE), rollout(0, 8, 2, ends))
+    drawn = jax.device_get(sample(state, jax.random.key(0)))
+    for m in range(64):
+        env, first = int(drawn.items.env[0, m]), int(drawn.items.time[0, m])
+        end = 1 if env == 0 else 4
+        expected = [first + t <= end or first > end for t in range(4)]
+        np.testing.assert_array_equal(drawn.same_episode[:, m], expected)
+    # Both kinds of end are boundaries.
+    assert not drawn.same_episode.all()
+
+
+def test_a_sequence_longer_than_the_buffer_is_an_error():
+    replay = make_sequence_replay(10, 4, 2)
+    state = replay.init(EXAMPLE)
+    with pytest.raises(ValueError, match="spans 13 steps"):
+        replay.sample(state, jax.random.key(0), 4)
