@@ -56,6 +56,7 @@ class MuZeroConfig:
     unroll_steps: int = 5  # K: model steps unrolled in the loss
     td_steps: int = 10  # n: rewards summed before bootstrapping from a search value
     learning_rate: float = 1e-3  # AdamW's step size
+    anneal_lr: bool = False  # decay the learning rate linearly to 0 over the run's env steps
     adam_eps: float = 1e-8  # AdamW's epsilon
     weight_decay: float = 1e-4  # AdamW's decoupled weight decay
     max_grad_norm: float = 5.0  # global-norm gradient clipping

@@ -127,13 +127,16 @@ def make_learn_on_batch(
     config: MuZeroConfig, network: MuZeroNetwork, optimizer: optax.GradientTransformation,
     axis_name: parallel.AxisName,
 ) -> Callable[[Params, Any, SequenceSample], tuple[Params, Any, dict[str, Array]]]:
-    """`(params, optimizer state, sample) -> (params, optimizer state, metrics)`: one
-    gradient step on sampled sequences, the gradient averaged over `axis_name`."""
+    """`(params, optimizer state, sample, lr_scale) -> (params, optimizer state, metrics)`:
+    one gradient step on sampled sequences, the gradient averaged over `axis_name`, the
+    optimizer's step multiplied by `lr_scale` (AdamW's step, weight decay included, is
+    proportional to its learning rate: this is the learning rate times `lr_scale`)."""
     grad_fn = parallel.value_and_mean_grad(make_loss(config, network), axis_name, has_aux=True)
 
-    def learn_on_batch(params: Params, opt_state: Any, sample: SequenceSample):
+    def learn_on_batch(params: Params, opt_state: Any, sample: SequenceSample, lr_scale: Array = 1.0):
         (_, metrics), grads = grad_fn(params, sample)
         updates, opt_state = optimizer.update(grads, opt_state, params)
+        updates = jax.tree.map(lambda u: u * jnp.asarray(lr_scale, u.dtype), updates)
         metrics["grad_norm"] = optax.tree.norm(grads)
         return optax.apply_updates(params, updates), opt_state, metrics
 
@@ -142,11 +145,13 @@ def make_learn_on_batch(
 
 def make_update(
     config: MuZeroConfig, network: MuZeroNetwork, optimizer: optax.GradientTransformation,
-    replay: SequenceReplay, example: ReplayStep, axis_name: parallel.AxisName,
+    replay: SequenceReplay, example: ReplayStep, axis_name: parallel.AxisName, num_updates: int,
 ) -> Callable[[AgentState, Trajectory, PRNGKey], tuple[AgentState, dict[str, Array]]]:
     """The `Agent.update` of MuZero: add the rollout to this device's buffer, then take the
     gradient steps the replay ratio has earned (none before `learning_starts` env steps or
-    before the buffer holds a whole sequence). `key` should differ between devices."""
+    before the buffer holds a whole sequence). `key` should differ between devices. With
+    `anneal_lr`, the learning rate decays linearly to 0 over the run's `num_updates`
+    updates' env steps."""
     learn_on_batch = make_learn_on_batch(config, network, optimizer, axis_name)
 
     def update(state: AgentState, traj: Trajectory, key: PRNGKey):
@@ -168,7 +173,10 @@ def make_update(
             learning_env_steps=learner.learning_env_steps.add(jnp.where(learn, received, 0)),
             gradient_steps=learner.gradient_steps.add(num_steps),
         )
-        params, opt_state, metrics = learn_steps(state.params, learner.optimizer, local, key, num_steps, max_steps, B)
+        total = num_updates * received  # static: the run's env steps
+        lr_scale = 1.0 - jnp.minimum(learner.env_steps.as_float() / total, 1.0) if config.anneal_lr else 1.0
+        params, opt_state, metrics = learn_steps(state.params, learner.optimizer, local, key, num_steps, max_steps, B,
+                                                 lr_scale)
         learned = learner.gradient_steps.as_float() * (config.batch_size * num_devices)
         seen = learner.learning_env_steps.as_float()
         metrics.update(
@@ -176,18 +184,20 @@ def make_update(
             replay_size=parallel.pmean(replay.size(local).astype(jnp.float32), axis_name),
             replay_ratio=jnp.float32(config.steps_per_update(T * B) * config.batch_size / (T * B)),
             replay_ratio_achieved=jnp.where(seen > 0, learned / jnp.maximum(seen, 1.0), 0.0),
+            learning_rate=jnp.float32(config.learning_rate) * lr_scale,
             root_value=parallel.pmean(jnp.mean(traj.extras["root_value"]), axis_name),
         )
         learner = learner._replace(optimizer=opt_state)
         return AgentState(params, learner, state.update_count + 1, local), metrics
 
     def learn_steps(params: Params, opt_state: Any, local: Any, key: PRNGKey, num_steps: Array, max_steps: int,
-                    num_envs: int):
+                    num_envs: int, lr_scale: Array):
         """`num_steps` (traced, <= `max_steps`) gradient steps; metrics are their means (0 if none)."""
         keys = jax.random.split(key, max_steps)
 
         def one_step(params: Params, opt_state: Any, key: PRNGKey):
-            params, opt_state, metrics = learn_on_batch(params, opt_state, replay.sample(local, key, num_envs))
+            params, opt_state, metrics = learn_on_batch(params, opt_state, replay.sample(local, key, num_envs),
+                                                        lr_scale)
             return params, opt_state, varying(metrics)
 
         def body(i: Array, carry: tuple) -> tuple:
