@@ -45,7 +45,9 @@ def _compiled(jitted: Any, state: Any, n: int) -> tuple[Any, float]:
 
 def bench_anakin(config: Config, repeats: int = 5, compare_reference: bool = False) -> dict[str, Any]:
     """Steady-state training env steps/s (`sps`), compile excluded, and `limit_sps`: the
-    same env batch and network acting only, no learning. With `compare_reference`, the
+    same env batch and network acting only, no learning. For a search agent (MuZero),
+    `limit_sps` acts with the search and `limit_sps_without_search` with the prediction
+    network alone; `search_cost` is their ratio. With `compare_reference`, the
     hand-written PPO (`experiments.benchmarks.reference_ppo`) runs the same updates per call
     and its calls alternate with podracer's, so that both see the same machine load:
     `reference_sps`, `speedup` (podracer / reference) and both compile times."""
@@ -61,7 +63,9 @@ def bench_anakin(config: Config, repeats: int = 5, compare_reference: bool = Fal
     if not compare_reference:
         state, train_s = _timed_calls(compiled, state, n, repeats)
         state, rollout_s = _rollout_seconds(config, s, state, n, repeats)
-        return _result(config, s, steps_per_call, train_s, rollout_s, compile_s)
+        result = _result(config, s, steps_per_call, train_s, rollout_s, compile_s)
+        result.update(_without_search(config, s, state, n, repeats, steps_per_call, rollout_s))
+        return result
 
     ours = _Timed(compiled, state)
     reference, reference_compile_s = _reference_call(config, s.sizes.num_updates, n)
@@ -109,6 +113,24 @@ def _rollout_seconds(config: Config, s: Any, state: Any, n: int, repeats: int) -
 
     rollout_call = program.make_rollout_call(s.env, s.env_params, s.agent, s.mesh, config.arch.rollout_length)
     return _timed_calls(rollout_call, state, n, repeats)
+
+
+def _without_search(config: Config, s: Any, state: Any, n: int, repeats: int, steps_per_call: int,
+                    rollout_s: float) -> dict[str, Any]:
+    """For a search agent (MuZero): `limit_sps_without_search`, acting with the prediction
+    network alone on the same envs, and `search_cost` (how many times slower the search
+    acts); nothing for other agents."""
+    from anakin import program
+    from podracer.agents.muzero import without_search
+
+    prior = without_search(s.agent, config.agent, s.env.observation_spec(s.env_params),
+                           s.env.action_spec(s.env_params))
+    if prior is None:
+        return {}
+    prior_call = program.make_rollout_call(s.env, s.env_params, prior, s.mesh, config.arch.rollout_length)
+    _, prior_s = _timed_calls(prior_call, state, n, repeats)
+    return {"limit_sps_without_search": round(steps_per_call / prior_s, 1),
+            "search_cost": round(rollout_s / prior_s, 2)}
 
 
 def _result(config: Config, s: Any, steps_per_call: int, train_s: float, rollout_s: float,

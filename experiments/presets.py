@@ -8,6 +8,7 @@ from typing import Any, Callable
 from experiments.overrides import override
 from experiments.presets_dqn import DQN_PRESETS
 from experiments.presets_impala import IMPALA_PRESETS
+from experiments.presets_muzero import MUZERO_PRESETS
 from experiments.presets_ppo import PPO_PRESETS
 from experiments.presets_pqn import PQN_PRESETS
 from podracer.config import Config, ConfigError
@@ -20,6 +21,7 @@ PRESETS: dict[str, Callable[[], Config]] = {
     **IMPALA_PRESETS,
     **DQN_PRESETS,
     **PQN_PRESETS,
+    **MUZERO_PRESETS,
 }
 
 

@@ -149,3 +149,27 @@ def to_varying(tree: Any, axis_name: AxisName) -> Any:
         return jax.lax.pcast(x, missing, to="varying") if missing else x
 
     return jax.tree.map(cast, tree)
+
+
+def without_vma_check(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn` for use inside `shard_map(check_vma=True)` when it cannot be typed there: its
+    loops start from constants (device-invariant) and carry device-varying values, which
+    `check_vma` rejects ("while_loop body function carry input and carry output must have
+    equal types"); mctx's search is such code, and it is not ours to annotate.
+
+    Inside a `shard_map`, `fn` runs in a nested `shard_map` over no new axes with
+    `check_vma=False`, and its outputs are marked device-varying over the manual axes (they
+    may depend on varying inputs; typing them invariant would make a later `pmean` wrong).
+    Outside any `shard_map` it is `fn` itself. No collectives inside `fn`.
+    """
+
+    def wrapped(*args: Any) -> Any:
+        mesh = jax.sharding.get_abstract_mesh()
+        manual = tuple(name for name in mesh.axis_names if name in mesh.manual_axes) if not mesh.empty else ()
+        if not manual:
+            return fn(*args)
+        inner = jax.shard_map(fn, mesh=mesh, in_specs=tuple(P() for _ in args), out_specs=P(),
+                              axis_names=frozenset(), check_vma=False)
+        return to_varying(inner(*args), manual)
+
+    return wrapped

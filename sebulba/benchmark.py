@@ -21,6 +21,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from podracer.agents.muzero import without_search
 from podracer.config import Config
 from podracer.envs.host import make_host_env
 from sebulba.actor import Actor, make_policy_step
@@ -48,15 +49,26 @@ def bench(config: Config, seconds: float = 10.0, rounds: int = 3) -> dict[str, A
     go); `sps` is measured over `seconds` of training. `*_cpu_us_per_step` is the process
     CPU time per env step of each (median), and `actor_fraction_by_cpu` their ratio: the
     fraction of the limit the actors would reach on otherwise idle cores.
+
+    For a search agent (MuZero), `limit_sps` acts with the search (on the actor devices);
+    `limit_sps_without_search` is the same with the prediction network alone, measured in
+    the same rounds, and `search_cost` their ratio.
     """
     s = setup(config)
     state = initial_state(config, s)
-    limits, actors = [], []
+    prior = without_search(s.agent, config.agent, s.obs_spec, s.action_spec)
+    limits, actors, priors = [], [], []
     for _ in range(rounds):
         limits.append(limit_sps(config, s, state.params, seconds / rounds))
         actors.append(actor_sps(config, s, state.params, seconds / rounds))
+        if prior is not None:
+            priors.append(limit_sps(config, s._replace(agent=prior), state.params, seconds / rounds))
     limit, actor = (float(np.median([sps for sps, _ in runs])) for runs in (limits, actors))
     limit_cpu, actor_cpu = (float(np.median([cpu for _, cpu in runs])) for runs in (limits, actors))
+    extra: dict[str, Any] = {}
+    if priors:
+        without = float(np.median([sps for sps, _ in priors]))
+        extra = {"limit_sps_without_search": without, "search_cost": without / limit}
     return {
         "env": config.env.id,
         "num_envs": config.arch.num_envs,
@@ -66,6 +78,7 @@ def bench(config: Config, seconds: float = 10.0, rounds: int = 3) -> dict[str, A
         "limit_sps": limit,
         "actor_sps": actor,
         "actor_fraction": actor / limit,
+        **extra,
         "limit_cpu_us_per_step": limit_cpu,
         "actor_cpu_us_per_step": actor_cpu,
         "actor_fraction_by_cpu": limit_cpu / actor_cpu,

@@ -30,7 +30,7 @@ def toy(name="toy", **fields) -> Algorithm:
 
 
 def test_the_builtins_declare_themselves():
-    assert list(algorithms()) == ["ppo", "impala", "dqn", "pqn"]
+    assert list(algorithms()) == ["ppo", "impala", "dqn", "pqn", "muzero"]
     for algorithm in algorithms().values():
         assert algorithm_for(algorithm.config()) is algorithm
         assert DiscreteSpec in algorithm.action_spaces

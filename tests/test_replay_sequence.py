@@ -1,5 +1,6 @@
 """The sequence replay buffer: consecutive steps of one environment across adds and
-wrap-around, never across the write head, uniform over what it holds, episode boundaries."""
+wrap-around, never across the write head, uniform (stratified) over what it holds, episode
+boundaries."""
 
 import functools
 from typing import NamedTuple
@@ -9,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from podracer.replay_sequence import make_sequence_replay, same_episode
+from podracer.replay_sequence import make_sequence_replay, same_episode, stratified_starts
 
 
 class Step(NamedTuple):
@@ -93,3 +94,22 @@ def test_a_sequence_longer_than_the_buffer_is_an_error():
     state = replay.init(EXAMPLE)
     with pytest.raises(ValueError, match="spans 13 steps"):
         replay.sample(state, jax.random.key(0), 4)
+
+
+@pytest.mark.timeout(60)
+def test_stratified_starts_are_exact_when_the_starts_divide_the_batch():
+    """Each of `num_starts` starts is drawn exactly `batch / num_starts` times when that is
+    whole, whatever the key (what makes MuZero's update independent of how its batch is
+    split over devices); otherwise draw i lies in its stratum `[i n / b, (i + 1) n / b)`, and
+    over many keys every start is drawn about equally often."""
+    draw = jax.jit(stratified_starts, static_argnums=2)
+    for num_starts, batch in [(8, 32), (32, 32), (5, 15), (1, 4)]:
+        for seed in range(3):
+            starts = np.asarray(draw(jax.random.key(seed), jnp.int32(num_starts), batch))
+            np.testing.assert_array_equal(np.bincount(starts, minlength=num_starts), batch // num_starts)
+    n, b = 100, 8
+    many = np.asarray(jax.vmap(lambda key: draw(key, jnp.int32(n), b))(jax.random.split(jax.random.key(0), 4000)))
+    i = np.arange(b)
+    assert ((many >= i * n // b) & (many < ((i + 1) * n + b - 1) // b)).all()
+    counts = np.bincount(many.ravel(), minlength=n)
+    assert counts.min() > 0.7 * counts.mean() and counts.max() < 1.3 * counts.mean(), counts

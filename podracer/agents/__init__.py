@@ -8,9 +8,10 @@ them, `make_agent(agent_config, ...)` builds the agent a config describes, and
 
 from __future__ import annotations
 
-from podracer.agents import dqn, impala, ppo, pqn
+from podracer.agents import dqn, impala, muzero, ppo, pqn
 from podracer.agents.dqn import DQNConfig, make_dqn
 from podracer.agents.impala import ImpalaConfig, make_impala
+from podracer.agents.muzero import MuZeroConfig, make_muzero
 from podracer.agents.ppo import PPOConfig, make_ppo
 from podracer.agents.pqn import PQNConfig, make_pqn
 from podracer.agents.registry import (
@@ -23,10 +24,12 @@ from podracer.agents.registry import (
                                       unregister_algorithm,
 )
 
-BUILTIN_ALGORITHMS: tuple[Algorithm, ...] = (ppo.ALGORITHM, impala.ALGORITHM, dqn.ALGORITHM, pqn.ALGORITHM)
+BUILTIN_ALGORITHMS: tuple[Algorithm, ...] = (ppo.ALGORITHM, impala.ALGORITHM, dqn.ALGORITHM, pqn.ALGORITHM,
+                                               muzero.ALGORITHM)
 
 __all__ = [
-    "Algorithm", "BUILTIN_ALGORITHMS", "DQNConfig", "ImpalaConfig", "PPOConfig", "PQNConfig", "algorithm_for",
-    "algorithms", "make_agent", "make_checked_agent", "make_dqn", "make_impala", "make_ppo", "make_pqn",
+    "Algorithm", "BUILTIN_ALGORITHMS", "DQNConfig", "ImpalaConfig", "MuZeroConfig", "PPOConfig", "PQNConfig",
+    "algorithm_for", "algorithms", "make_agent", "make_checked_agent", "make_dqn", "make_impala", "make_muzero",
+    "make_ppo", "make_pqn",
     "register_algorithm", "unregister_algorithm",
 ]

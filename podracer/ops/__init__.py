@@ -20,6 +20,15 @@ from podracer.ops.qlearning import (
                                  td_error,
 )
 from podracer.ops.returns import discounted_returns, gae_advantages, lambda_returns
+from podracer.ops.transforms import (
+                                    categorical_cross_entropy,
+                                    categorical_to_scalar,
+                                    from_two_hot,
+                                    scalar_to_categorical,
+                                    signed_hyperbolic,
+                                    signed_parabolic,
+                                    two_hot,
+)
 from podracer.ops.vtrace import VTraceOutput, vtrace_td_error_and_advantage
 
 __all__ = [
@@ -31,4 +40,6 @@ __all__ = [
     "double_q_learning_target", "epsilon_greedy", "huber_loss", "n_step_targets", "q_lambda_targets",
     "q_learning_target",
     "td_error",
+    "categorical_cross_entropy", "categorical_to_scalar", "from_two_hot", "scalar_to_categorical",
+    "signed_hyperbolic", "signed_parabolic", "two_hot",
 ]

@@ -1,0 +1,224 @@
+"""MuZero's learner: rollouts into the per-device sequence buffer, gradient steps on
+sampled sequences at a bounded replay ratio (as DQN's), gradients averaged over the mesh.
+
+No reanalyse: the value targets bootstrap from the root values the search computed when
+acting, and the policy targets are the search policies of that time.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from podracer import ops, parallel
+from podracer.agents.muzero.config import MuZeroConfig
+from podracer.agents.muzero.losses import muzero_loss, unroll_model, unroll_targets
+from podracer.agents.muzero.networks import MuZeroNetwork
+from podracer.counters import Count
+from podracer.replay_sequence import (
+    SequenceReplay,
+    SequenceSample,
+    make_sequence_replay,
+)
+from podracer.types import AgentState, Array, Params, PRNGKey, Trajectory
+
+
+class ReplayStep(NamedTuple):
+    """One step as the buffer holds it (`[...]`; `[T, B, ...]` for a rollout).
+
+    final_value: where the episode was truncated after this step, the value of its final
+                 observation under the parameters that added it (the bootstrap of a
+                 truncated episode); 0 elsewhere.
+    """
+
+    obs: Array
+    action: Array
+    reward: Array
+    terminated: Array
+    truncated: Array
+    search_policy: Array
+    root_value: Array
+    final_value: Array
+
+
+class MuZeroLearnerState(NamedTuple):
+    """`AgentState.opt_state` of MuZero: replicated learner-only state."""
+
+    optimizer: Any
+    gradient_steps: Count  # gradient steps taken (each on `batch_size` sequences per device)
+    replay_credit: Array  # float32: the fraction of a gradient step earned but not yet taken
+    env_steps: Count  # env steps (all devices, one seed) received
+    learning_env_steps: Count  # env steps (all devices) received since learning started
+
+
+def make_optimizer(config: MuZeroConfig) -> optax.GradientTransformation:
+    return optax.chain(optax.clip_by_global_norm(config.max_grad_norm),
+                       optax.adamw(config.learning_rate, eps=config.adam_eps, weight_decay=config.weight_decay))
+
+
+def make_replay(config: MuZeroConfig) -> SequenceReplay:
+    return make_sequence_replay(config.buffer_size, config.sequence_length, config.batch_size)
+
+
+def example_step(obs_shape: tuple[int, ...], obs_dtype: Any, num_actions: int) -> ReplayStep:
+    """A zero `ReplayStep` (shapes and dtypes the buffer is built with)."""
+    scalar = jnp.zeros((), jnp.float32)
+    flag = jnp.zeros((), bool)
+    return ReplayStep(jnp.zeros(obs_shape, obs_dtype), jnp.zeros((), jnp.int32), scalar, flag, flag,
+                      jnp.zeros((num_actions,), jnp.float32), scalar, scalar)
+
+
+def final_values(network: MuZeroNetwork, params: Params, traj: Trajectory, value_max: float) -> Array:
+    """`[T, B]`: the predicted value of `next_obs` where a step was truncated, else 0. The
+    network runs over the rollout only when some step was truncated (a time limit: rare)."""
+
+    def evaluate(carry: tuple[Array, Array]) -> tuple[Array, Array]:
+        T, B = traj.reward.shape
+        flat = traj.next_obs.reshape((T * B,) + traj.next_obs.shape[2:])
+        latent = network.apply(params, flat, method=MuZeroNetwork.represent)
+        _, value_logits = network.apply(params, latent, method=MuZeroNetwork.predict)
+        value = ops.categorical_to_scalar(value_logits, value_max).reshape(T, B)
+        return jnp.zeros_like(carry[0]), jnp.where(traj.truncated, value, 0.0)
+
+    # A loop that runs its body at most once: `lax.cond` fails under vmap in shard_map.
+    # The start is derived from the rollout, so it has the rollout's (device-varying) type.
+    start = (jnp.any(traj.truncated), jnp.where(traj.truncated, 0.0, 0.0).astype(jnp.float32))
+    return jax.lax.while_loop(lambda carry: carry[0], evaluate, start)[1]
+
+
+def to_replay_steps(network: MuZeroNetwork, params: Params, traj: Trajectory, example: ReplayStep,
+                    value_max: float) -> ReplayStep:
+    """A rollout `[T, B, ...]` as buffer steps, cast to the buffer's dtypes."""
+    steps = ReplayStep(
+        traj.obs, traj.action, traj.reward, traj.terminated, traj.truncated, traj.extras["search_policy"],
+        traj.extras["root_value"], final_values(network, params, traj, value_max),
+    )
+    return jax.tree.map(lambda x, e: jnp.asarray(x).astype(e.dtype), steps, example)
+
+
+def make_loss(config: MuZeroConfig, network: MuZeroNetwork) -> Callable[[Params, SequenceSample], tuple]:
+    """`loss(params, sample) -> (loss, metrics)` over sampled sequences `[L, M, ...]`."""
+    K = config.unroll_steps
+    per_sequence_targets = jax.vmap(
+        lambda *xs: unroll_targets(*xs, config.gamma, config.td_steps, K, config.absorbing_terminal),
+        in_axes=1, out_axes=1,
+    )
+
+    def loss(params: Params, sample: SequenceSample) -> tuple[Array, dict[str, Array]]:
+        items: ReplayStep = sample.items
+        targets = per_sequence_targets(items.reward, items.terminated, items.truncated, items.root_value,
+                                       items.final_value, items.search_policy)
+        predictions = unroll_model(
+            lambda obs: network.apply(params, obs, method=MuZeroNetwork.represent),
+            lambda latent, action: network.apply(params, latent, action, method=MuZeroNetwork.dynamics),
+            lambda latent: network.apply(params, latent, method=MuZeroNetwork.predict),
+            items.obs[0], items.action[:K], config.dynamics_gradient_scale,
+        )
+        return muzero_loss(*predictions, targets, config.value_max, config.value_coef, config.policy_coef,
+                           config.reward_coef)
+
+    return loss
+
+
+def make_learn_on_batch(
+    config: MuZeroConfig, network: MuZeroNetwork, optimizer: optax.GradientTransformation,
+    axis_name: parallel.AxisName,
+) -> Callable[[Params, Any, SequenceSample], tuple[Params, Any, dict[str, Array]]]:
+    """`(params, optimizer state, sample, lr_scale) -> (params, optimizer state, metrics)`:
+    one gradient step on sampled sequences, the gradient averaged over `axis_name`, the
+    optimizer's step multiplied by `lr_scale` (AdamW's step, weight decay included, is
+    proportional to its learning rate: this is the learning rate times `lr_scale`)."""
+    grad_fn = parallel.value_and_mean_grad(make_loss(config, network), axis_name, has_aux=True)
+
+    def learn_on_batch(params: Params, opt_state: Any, sample: SequenceSample, lr_scale: Array = 1.0):
+        (_, metrics), grads = grad_fn(params, sample)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        updates = jax.tree.map(lambda u: u * jnp.asarray(lr_scale, u.dtype), updates)
+        metrics["grad_norm"] = optax.tree.norm(grads)
+        return optax.apply_updates(params, updates), opt_state, metrics
+
+    return learn_on_batch
+
+
+def make_update(
+    config: MuZeroConfig, network: MuZeroNetwork, optimizer: optax.GradientTransformation,
+    replay: SequenceReplay, example: ReplayStep, axis_name: parallel.AxisName, num_updates: int,
+) -> Callable[[AgentState, Trajectory, PRNGKey], tuple[AgentState, dict[str, Array]]]:
+    """The `Agent.update` of MuZero: add the rollout to this device's buffer, then take the
+    gradient steps the replay ratio has earned (none before `learning_starts` env steps or
+    before the buffer holds a whole sequence). `key` should differ between devices. With
+    `anneal_lr`, the learning rate decays linearly to 0 over the run's `num_updates`
+    updates' env steps."""
+    learn_on_batch = make_learn_on_batch(config, network, optimizer, axis_name)
+
+    def update(state: AgentState, traj: Trajectory, key: PRNGKey):
+        T, B = traj.reward.shape
+        num_devices = 1 if axis_name is None else jax.lax.axis_size(axis_name)
+        per_update = config.steps_per_update(T * B)  # static: shapes are known when tracing
+        max_steps = config.max_steps_per_update(T * B)
+        local = replay.add(state.local, to_replay_steps(network, state.params, traj, example, config.value_max))
+        learner: MuZeroLearnerState = state.opt_state
+        received = T * B * num_devices
+        env_steps = learner.env_steps.add(received)
+        # Every device has added the same number of steps: a replicated test of `can_sample`.
+        whole_sequence = env_steps.ge(((config.sequence_length - 1) * B + 1) * num_devices)
+        learn = env_steps.ge(config.learning_starts) & whole_sequence
+        credit = learner.replay_credit + jnp.where(learn, jnp.float32(per_update), 0.0)
+        num_steps = jnp.minimum(jnp.floor(credit).astype(jnp.int32), max_steps)
+        learner = learner._replace(
+            replay_credit=credit - num_steps.astype(jnp.float32), env_steps=env_steps,
+            learning_env_steps=learner.learning_env_steps.add(jnp.where(learn, received, 0)),
+            gradient_steps=learner.gradient_steps.add(num_steps),
+        )
+        total = num_updates * received  # static: the run's env steps
+        lr_scale = 1.0 - jnp.minimum(learner.env_steps.as_float() / total, 1.0) if config.anneal_lr else 1.0
+        params, opt_state, metrics = learn_steps(state.params, learner.optimizer, local, key, num_steps, max_steps, B,
+                                                 lr_scale)
+        learned = learner.gradient_steps.as_float() * (config.batch_size * num_devices)
+        seen = learner.learning_env_steps.as_float()
+        metrics.update(
+            learning=learn.astype(jnp.float32), gradient_steps=num_steps.astype(jnp.float32),
+            replay_size=parallel.pmean(replay.size(local).astype(jnp.float32), axis_name),
+            replay_ratio=jnp.float32(config.steps_per_update(T * B) * config.batch_size / (T * B)),
+            replay_ratio_achieved=jnp.where(seen > 0, learned / jnp.maximum(seen, 1.0), 0.0),
+            learning_rate=jnp.float32(config.learning_rate) * lr_scale,
+            root_value=parallel.pmean(jnp.mean(traj.extras["root_value"]), axis_name),
+        )
+        learner = learner._replace(optimizer=opt_state)
+        return AgentState(params, learner, state.update_count + 1, local), metrics
+
+    def learn_steps(params: Params, opt_state: Any, local: Any, key: PRNGKey, num_steps: Array, max_steps: int,
+                    num_envs: int, lr_scale: Array):
+        """`num_steps` (traced, <= `max_steps`) gradient steps; metrics are their means (0 if none)."""
+        keys = jax.random.split(key, max_steps)
+
+        def one_step(params: Params, opt_state: Any, key: PRNGKey):
+            params, opt_state, metrics = learn_on_batch(params, opt_state, replay.sample(local, key, num_envs),
+                                                        lr_scale)
+            return params, opt_state, varying(metrics)
+
+        def body(i: Array, carry: tuple) -> tuple:
+            params, opt_state, sums = carry
+            params, opt_state, metrics = one_step(params, opt_state, keys[i])
+            return params, opt_state, jax.tree.map(jnp.add, sums, metrics)
+
+        shapes = jax.eval_shape(one_step, params, opt_state, keys[0])[-1]
+        sums = varying(jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes))
+        params, opt_state, sums = jax.lax.fori_loop(0, num_steps, body, (params, opt_state, sums))
+        means = jax.tree.map(lambda x: x / jnp.maximum(num_steps, 1).astype(x.dtype), sums)
+        return params, opt_state, parallel.pmean(means, axis_name)
+
+    def varying(tree: Any) -> Any:
+        # Per-step metrics mix device-varying (loss) and invariant (grad_norm) values; a loop
+        # carry needs one type, so all are summed as varying and averaged after.
+        return tree if axis_name is None else parallel.to_varying(tree, axis_name)
+
+    return update
+
+
+def initial_learner_state(optimizer: optax.GradientTransformation, params: Params) -> MuZeroLearnerState:
+    return MuZeroLearnerState(optimizer.init(params), Count.zeros(), jnp.zeros((), jnp.float32), Count.zeros(),
+                              Count.zeros())
