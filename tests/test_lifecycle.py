@@ -10,8 +10,9 @@ import pytest
 from anakin import AnakinConfig
 from experiments import train as train_lib
 from podracer.agents import PPOConfig
-from podracer.checkpoint import Checkpointer, CheckpointMismatchError, NonFiniteError, checkpoint_dir
+from podracer.checkpoint import Checkpointer, CheckpointMismatchError, checkpoint_dir
 from podracer.config import CheckpointConfig, Config, EnvConfig, LogConfig
+from podracer.runner import NonFiniteError
 from tests.helpers import assert_trees_equal
 
 # 14 updates of 8 envs x 16 steps, 3 updates per host call, a checkpoint every 4 updates.
