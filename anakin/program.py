@@ -19,10 +19,12 @@ import numpy as np
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
-from anakin.rollout import EnvCarry, EpisodeStats, reset_envs, rollout
+from anakin.rollout import EnvCarry, reset_envs, rollout
 from podracer import parallel
 from podracer.agents.registry import checked_update
 from podracer.envs import JaxEnv
+from podracer.runner.device_state import add_device_axis, agent_state_specs, broadcast_device_axis, strip_device_axis
+from podracer.runner.episodes import EpisodeStats
 from podracer.types import Agent, AgentState, PRNGKey
 
 AXIS = "device"
@@ -67,10 +69,8 @@ class CallMetrics(NamedTuple):
 
 def state_specs(state: Any) -> RunnerState:
     """Partition specs of a `RunnerState` (or a tree of the same structure)."""
-    # `agent.local` is per-device (e.g. a replay buffer): sharded, never replicated.
-    agent_specs = jax.tree.map(lambda _: P(), state.agent.replace(local=None))
     return RunnerState(
-        agent=agent_specs.replace(local=jax.tree.map(lambda _: P(None, AXIS), state.agent.local)),
+        agent=agent_state_specs(state.agent, AXIS, seed_axes=1),
         envs=jax.tree.map(lambda _: P(None, AXIS), state.envs),
         key=P(None, AXIS),
     )
@@ -95,9 +95,8 @@ def init_state(
     agent_state = jax.tree.map(stack, *agents)
     # Every device starts from the same (empty) per-device state: a broadcast host view,
     # so `shard` copies one `[S, ...]` slice to each device rather than `[S, D, ...]`.
-    agent_state = agent_state.replace(local=jax.tree.map(
-        lambda x: np.broadcast_to(np.asarray(x)[:, None], (num_seeds, num_devices) + x.shape[1:]),
-        agent_state.local))
+    agent_state = agent_state.replace(local=broadcast_device_axis(
+        jax.tree.map(np.asarray, agent_state.local), num_devices, seed_axes=1))
     state = RunnerState(agent_state, jax.tree.map(stack, *envs), jnp.stack(keys))
     return jax.tree.map(lambda x, s: parallel.shard(x, mesh, s), state, state_specs(state))
 
@@ -137,11 +136,11 @@ def make_train_call(
 
     def per_device(state: RunnerState, num_updates: jax.Array):
         # Inside, per-device state is seen without its device axis: `[S, 1, ...] -> [S, ...]`.
-        local = jax.tree.map(lambda x: x[:, 0], state.agent.local)
+        local = strip_device_axis(state.agent.local, seed_axes=1)
         agent_state, envs, key, metrics = jax.vmap(one_seed, in_axes=(0, 0, 0, None))(
             state.agent.replace(local=local), state.envs, state.key[:, 0], num_updates
         )
-        agent_state = agent_state.replace(local=jax.tree.map(lambda x: x[:, None], agent_state.local))
+        agent_state = agent_state.replace(local=add_device_axis(agent_state.local, seed_axes=1))
         return RunnerState(agent_state, envs, key[:, None]), metrics
 
     def call(state: RunnerState, num_updates: jax.Array):

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from podracer.envs import JaxEnv
+from podracer.runner.episodes import EpisodeStats
 from podracer.types import Array, Params, PRNGKey, Trajectory
 
 
@@ -19,21 +20,6 @@ class EnvCarry(NamedTuple):
 
     env_state: Any
     obs: Array
-
-
-class EpisodeStats(NamedTuple):
-    """Sums over episodes that finished: divide by `count` for means."""
-
-    return_sum: Array
-    length_sum: Array
-    count: Array
-
-    @classmethod
-    def zeros(cls) -> "EpisodeStats":
-        return cls(jnp.zeros((), jnp.float32), jnp.zeros((), jnp.float32), jnp.zeros((), jnp.int32))
-
-    def __add__(self, other: "EpisodeStats") -> "EpisodeStats":  # type: ignore[override]
-        return EpisodeStats(*(a + b for a, b in zip(self, other)))
 
 
 def reset_envs(env: JaxEnv, env_params: Any, key: PRNGKey, num_envs: int) -> EnvCarry:
@@ -59,11 +45,7 @@ def rollout(
         action, extras = act(params, carry.obs, act_key)
         env_state, ts = step_env(jax.random.split(env_key, num_envs), carry.env_state, action, env_params)
         done = ts.terminated | ts.truncated
-        stats = EpisodeStats(
-            jnp.sum(jnp.where(done, ts.episode_return, 0.0)),
-            jnp.sum(jnp.where(done, ts.episode_length, 0)).astype(jnp.float32),
-            jnp.sum(done, dtype=jnp.int32),
-        )
+        stats = EpisodeStats.ended(done, ts.episode_return, ts.episode_length)
         transition = Trajectory(
             obs=carry.obs, action=action, reward=ts.reward, terminated=ts.terminated,
             truncated=ts.truncated, next_obs=ts.final_obs, extras=extras,

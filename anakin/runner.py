@@ -15,13 +15,14 @@ from anakin.config import AnakinConfig
 from anakin.program import AXIS, CallMetrics, RunnerState, init_state, make_train_call
 from podracer import distributed, parallel
 from podracer.agents import make_checked_agent
-from podracer.checkpoint import Checkpoints, NonFiniteError, Progress, describe_kept, finite_per_seed
+from podracer.checkpoint import Checkpoints, Progress
 from podracer.config import Config, ConfigError, check
 from podracer.distributed import NO_WAITS, Waits
 from podracer.envs import JaxEnv, UnknownEnvError, make_configured_jax_env
+from podracer.runner import Clock, Hooks, TrainResult, all_finite, check_finite, metrics_row
+from podracer.runner.hooks import MetricsCallback
+from podracer.runner.sizes import update_sizes
 from podracer.types import Agent, BatchShape
-
-MetricsCallback = Callable[[dict[str, Any]], None]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,15 +41,6 @@ class Setup(NamedTuple):
     agent: Agent
     mesh: jax.sharding.Mesh
     sizes: Sizes
-
-
-class TrainResult(NamedTuple):
-    metrics: list[dict[str, Any]]  # one row per host call, as written to metrics.jsonl
-    state: RunnerState  # final state: `state.agent.params` has a leading seed axis
-    agent: Agent
-    run_dir: str | None = None  # set by `experiments.train`
-    stopped: bool = False  # True when `should_stop` ended the run early
-    env_steps: int = 0  # env steps the run has taken (one seed's), over every session (checkpoint saved)
 
 
 class Completion:
@@ -116,10 +108,7 @@ def compute_sizes(config: Config, num_devices: int) -> Sizes:
     arch: AnakinConfig = config.arch
     check(arch.num_envs % num_devices == 0, "arch.num_envs",
           f"must be divisible by the number of devices ({num_devices})", arch.num_envs)
-    steps_per_update = arch.num_envs * arch.rollout_length
-    num_updates = config.total_env_steps // steps_per_update
-    check(num_updates >= 1, "total_env_steps",
-          f"must be at least arch.num_envs * arch.rollout_length = {steps_per_update}", config.total_env_steps)
+    steps_per_update, num_updates = update_sizes(config)
     return Sizes(num_devices, arch.num_envs // num_devices, steps_per_update, num_updates)
 
 
@@ -156,34 +145,32 @@ def train(
     should_stop: Callable[[], bool] | None = None,
     resume: bool = False,
     waits: Waits = NO_WAITS,
+    prepared: Setup | None = None,
 ) -> TrainResult:
-    """Train `config.agent` on `config.env` with Anakin; returns metrics and final state.
+    """Train `config.agent` on `config.env` with Anakin; returns metrics and final state
+    (`TrainResult.state` is the `RunnerState`, every leaf with a leading seed axis).
 
     `on_metrics` receives each metrics row as soon as it exists (the command-line tool
     writes them to disk and the console); a notebook can just read `result.metrics`.
     With a `checkpointer`, the state is saved every `config.checkpoint.every_updates`, when
     `should_stop()` turns true (checked between host calls; the run then returns with
     `stopped=True`) and at the end; `resume=True` continues from its latest checkpoint,
-    exactly. A non-finite loss or parameter raises `NonFiniteError` before it is saved.
-    `waits` marks every wait on other processes (a multi-process run's deadlines).
+    exactly (see `podracer.runner.Hooks`). A non-finite loss or parameter raises
+    `NonFiniteError` before it is saved. `waits` marks every wait on other processes (a
+    multi-process run's deadlines). `prepared` is `setup(config)` when the caller has
+    already run it (`experiments.train` does, on every process, before anything else).
     """
-    s = setup(config)
+    hooks = Hooks(on_metrics, checkpointer, should_stop, resume, waits)
+    s = prepared if prepared is not None else setup(config)
     with waits.waiting("every process to connect its devices"):
         distributed.connect(s.mesh, config.distributed.timeout_s)
-    state = initial_state(config, s)
-    progress = Progress()
-    if resume:
-        if checkpointer is None:
-            raise ValueError("resume=True needs a checkpointer")
-        state, progress = checkpointer.restore(state)
+    state, progress = hooks.start(initial_state(config, s))
     train_call = make_train_call(s.env, s.env_params, s.agent, s.mesh, config.arch.rollout_length)
     # Compiled here, so that no wait on the other processes (a dispatch) includes compiling.
     train_call = train_call.lower(state, jnp.int32(config.arch.updates_per_call)).compile()
-    finite = jax.jit(lambda agent_state: finite_per_seed(agent_state.params))
-    should_stop = should_stop or (lambda: False)
     total, every = s.sizes.num_updates, config.checkpoint.every_updates
     rows: list[dict[str, Any]] = []
-    clock = _Clock(progress.wall_s)
+    clock = Clock(progress.wall_s)
     dispatched = progress.updates
     pending: _Call | None = None
     # Dispatch call k+1 before reading the metrics of call k, so the devices never idle
@@ -191,21 +178,20 @@ def train(
     # (the state after call k is donated to call k+1) and before stopping.
     while True:
         # Every process must stop after the same call: a stop in one is a stop in all.
-        stop = pending is not None and _agree_to_stop(should_stop(), pending, s.mesh, waits)
+        stop = pending is not None and _agree_to_stop(hooks.stop_requested(), pending, s.mesh, waits)
         launched = None
         if dispatched < total and not (stop or (pending is not None and pending.checkpoint_after)):
             n = min(config.arch.updates_per_call, total - dispatched)
             crosses = every > 0 and dispatched // every < (dispatched + n) // every
-            state, launched = _dispatch(train_call, finite, state, dispatched + 1, n, crosses, waits)
+            state, launched = _dispatch(train_call, state, dispatched + 1, n, crosses, waits)
             dispatched += n
         if pending is not None:
             with waits.waiting(pending.label):
-                progress, row = _finish(pending, progress, s.sizes, config.arch.num_seeds, clock, checkpointer)
+                progress, row = _finish(pending, progress, s.sizes, config.arch.num_seeds, clock, hooks)
             rows.append(row)
-            if on_metrics is not None:
-                on_metrics(row)
-            if launched is None and checkpointer is not None:
-                checkpointer.save(state, progress)  # the state right after `pending`
+            hooks.emit(row)
+            if launched is None:
+                hooks.save(state, progress)  # the state right after `pending`
             if stop:
                 return TrainResult(rows, state, s.agent, stopped=True, env_steps=progress.env_steps)
         if launched is None and dispatched >= total:
@@ -213,13 +199,13 @@ def train(
         pending = launched
 
 
-def _dispatch(train_call: Any, finite: Any, state: RunnerState, first_update: int, n: int, checkpoint_after: bool,
+def _dispatch(train_call: Any, state: RunnerState, first_update: int, n: int, checkpoint_after: bool,
               waits: Waits) -> tuple[RunnerState, _Call]:
     """Start a host call of `n` updates. With several processes a dispatch may run the
     call before it returns, so it is a wait on the other processes too."""
     with waits.waiting(updates_label(first_update, n)):
         state, metrics = train_call(state, jnp.int32(n))
-        finite_after = finite(state.agent)
+        finite_after = all_finite(state.agent.params, batch_dims=1)
     return state, _Call(first_update, n, metrics, finite_after, checkpoint_after, Completion(metrics))
 
 
@@ -235,69 +221,17 @@ def _agree_to_stop(stop_here: bool, after: _Call, mesh: jax.sharding.Mesh, waits
         return bool(parallel.process_sum(np.float32(stop_here), mesh) > 0)
 
 
-class _Clock:
-    """Wall time of a run over all its sessions, and the time since the last row."""
-
-    def __init__(self, offset_s: float):
-        self.start = time.perf_counter() - offset_s
-        self.last = time.perf_counter()
-
-    def lap(self, now: float) -> tuple[float, float]:
-        """`(seconds since the previous lap, run wall time)` at `now` (`time.perf_counter()`)."""
-        interval, self.last = now - self.last, now
-        return interval, now - self.start
-
-
 def _finish(
-    call: _Call, progress: Progress, sizes: Sizes, num_seeds: int, clock: _Clock, checkpointer: Checkpoints | None
+    call: _Call, progress: Progress, sizes: Sizes, num_seeds: int, clock: Clock, hooks: Hooks
 ) -> tuple[Progress, dict[str, Any]]:
-    """Read a call's metrics, refuse non-finite results, and build its metrics row."""
+    """Read a call's metrics, refuse non-finite results, and build its metrics row.
+    `env_steps` counts one seed's experience; `sps` all seeds'."""
     metrics, finite = jax.device_get((call.metrics, call.finite))
-    _check_finite(call, metrics, finite, checkpointer)
+    check_finite(metrics.agent, finite, f"in {call.label}", "run stopped", hooks.describe_kept())
     interval, wall_s = clock.lap(call.completion.time())
     updates = call.first_update - 1 + call.num_updates
     env_steps = updates * sizes.steps_per_update
     sps = call.num_updates * sizes.steps_per_update * num_seeds / interval
-    row = metrics_row(metrics, call.num_updates, env_steps, num_seeds, sps, wall_s)
+    agent = {name: np.mean(np.asarray(value)) / call.num_updates for name, value in metrics.agent.items()}
+    row = metrics_row(env_steps, sps, wall_s, metrics.episodes, agent)
     return Progress(updates, env_steps, wall_s, progress.rows + 1), row
-
-
-def _check_finite(call: _Call, metrics: CallMetrics, finite: np.ndarray, checkpointer: Checkpoints | None) -> None:
-    loss_ok = np.all([np.isfinite(np.asarray(v)) for v in metrics.agent.values()], axis=0)
-    bad_seeds = np.flatnonzero(~(np.asarray(finite) & loss_ok))
-    if bad_seeds.size == 0:
-        return
-    where = call.label
-    what = "loss" if np.all(finite) else "parameters"
-    saved = describe_kept(checkpointer)
-    raise NonFiniteError(
-        f"non-finite {what} in {where} (seed {', '.join(map(str, bad_seeds))}); run stopped, {saved}"
-    )
-
-
-def metrics_row(metrics: CallMetrics, num_updates: int, env_steps: int, num_seeds: int,
-                sps: float, wall_s: float) -> dict[str, Any]:
-    """One metrics.jsonl row. `env_steps` counts one seed's experience; `sps` all seeds'."""
-    episodes = metrics.episodes
-    count = np.asarray(episodes.count)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        per_seed = np.where(count > 0, np.asarray(episodes.return_sum) / np.maximum(count, 1), np.nan)
-        lengths = np.where(count > 0, np.asarray(episodes.length_sum) / np.maximum(count, 1), np.nan)
-    row: dict[str, Any] = {
-        "env_steps": int(env_steps),
-        "sps": float(sps),
-        "wall_s": float(wall_s),
-        "episode_return": _mean_or_none(per_seed),
-        "episode_length": _mean_or_none(lengths),
-        "episodes": int(count.sum()),
-    }
-    if num_seeds > 1:
-        row["episode_return_per_seed"] = [None if np.isnan(r) else float(r) for r in per_seed]
-    for name, value in metrics.agent.items():
-        row[name] = float(np.mean(np.asarray(value)) / num_updates)
-    return row
-
-
-def _mean_or_none(values: np.ndarray) -> float | None:
-    values = values[~np.isnan(values)]
-    return float(values.mean()) if values.size else None

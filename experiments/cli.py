@@ -20,9 +20,9 @@ import traceback
 import warnings
 from typing import NoReturn
 
-from podracer.checkpoint import NonFiniteError
 from podracer.config import ConfigError
 from podracer.distributed import DistributedError
+from podracer.runner import NonFiniteError
 
 USAGE_ERROR = 2
 RUN_FAILED = 1

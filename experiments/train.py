@@ -123,9 +123,9 @@ def train(
         timeout_s = config.distributed.timeout_s
         given = config.run_dir or (default_run_dir(name) if distributed.is_leader() else None)
         config = startup.agree_on_config(config, given, None, timeout_s)
-        check_setup(runner, config, waits)
+        prepared = check_setup(runner, config, waits)
         startup.check_shared_storage(config.run_dir, lambda: prepare_run_dir(config.run_dir, config), timeout_s)
-        return _run(runner, config, console, on_metrics, should_stop, None, waits)
+        return _run(runner, config, prepared, console, on_metrics, should_stop, None, waits)
 
 
 def resume(
@@ -150,14 +150,14 @@ def resume(
         config = dataclasses.replace(saved or _placeholder(), run_dir=run_dir, distributed=dist)
         config = startup.agree_on_config(config, run_dir, error, dist.timeout_s)
         runner = runner_for(config)
-        check_setup(runner, config, waits)
+        prepared = check_setup(runner, config, waits)
         startup.check_shared_storage(run_dir, lambda: None, dist.timeout_s)
         with waits.waiting("reading the latest checkpoint"):
             progress, error = startup.attempt(lambda: latest_progress(run_dir))
         values = startup.gather("checkpoint", {"updates": getattr(progress, "updates", None), "error": error},
                                 dist.timeout_s)
         startup.check_same_checkpoint(values, run_dir)
-        return _run(runner, config, console, on_metrics, should_stop, progress, waits)
+        return _run(runner, config, prepared, console, on_metrics, should_stop, progress, waits)
 
 
 def latest_progress(run_dir: str) -> Progress:
@@ -168,15 +168,17 @@ def latest_progress(run_dir: str) -> Progress:
         return checkpoints.progress()
 
 
-def check_setup(runner: Any, config: Config, waits: Waits) -> None:
-    """Step 3 of `experiments.startup`: the runner's checks on every process."""
+def check_setup(runner: Any, config: Config, waits: Waits) -> Any:
+    """Step 3 of `experiments.startup`: the runner's checks on every process. Returns the
+    runner's `setup(config)`, which the runner then uses (a run sets up once)."""
     if distributed.process_count() > 1:
         import jax
 
         with waits.waiting("every process's devices"):
             jax.devices()  # every process joins the backend's device exchange here
-    _, error = startup.attempt(lambda: (runner.setup(config), check_logging(config)))
+    prepared, error = startup.attempt(lambda: (runner.setup(config), check_logging(config))[0])
     startup.gather("setup", {"error": error}, config.distributed.timeout_s)
+    return prepared
 
 
 @contextlib.contextmanager
@@ -241,6 +243,7 @@ def _placeholder() -> Config:
 def _run(
     runner: Any,
     config: Config,
+    prepared: Any,
     console: bool | None,
     on_metrics: MetricsCallback | None,
     should_stop: Callable[[], bool] | None,
@@ -264,7 +267,7 @@ def _run(
         checkpoints = Checkpointer(checkpoint_dir(run_dir), keep=config.checkpoint.keep)
     try:
         result = runner.train(config, on_metrics=write, checkpointer=WatchedCheckpoints(checkpoints, waits),
-                              should_stop=should_stop, resume=progress is not None, waits=waits)
+                              should_stop=should_stop, resume=progress is not None, waits=waits, prepared=prepared)
     finally:
         with waits.waiting("closing the checkpoint directory"):
             checkpoints.close()

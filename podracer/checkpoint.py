@@ -1,4 +1,5 @@
-"""Orbax checkpoints of the whole training state, and the guard against non-finite values.
+"""Orbax checkpoints of the whole training state (the guard against non-finite values that
+keeps a bad state out of them is `podracer.runner.guard`).
 
 A checkpoint holds a runner's complete device state (for Anakin the `RunnerState`:
 parameters, optimizer state, RNG keys, environment states) together with the host's
@@ -33,10 +34,6 @@ class NoCheckpointError(ConfigError):
     """A run directory without any complete checkpoint."""
 
 
-class NonFiniteError(RuntimeError):
-    """A non-finite loss or parameter: the run stops and keeps its last good checkpoint."""
-
-
 @dataclasses.dataclass(frozen=True)
 class Progress:
     """Host counters saved with the device state: enough to continue exactly."""
@@ -63,12 +60,6 @@ class Checkpoints(Protocol):
     def restore(self, target: Any) -> tuple[Any, Progress]: ...
 
     def latest_step(self) -> int | None: ...
-
-
-def describe_kept(checkpointer: Checkpoints | None) -> str:
-    """What a run stopped by a non-finite value leaves behind, for its error message."""
-    kept = None if checkpointer is None else checkpointer.latest_step()
-    return "no checkpoint was written" if kept is None else f"the last good checkpoint is update {kept}"
 
 
 def checkpoint_dir(run_dir: str) -> str:
@@ -222,12 +213,3 @@ def check_signatures(saved: dict[str, list[Any]], expected: dict[str, list[Any]]
     if extra:
         raise CheckpointMismatchError(f"checkpoint does not match the config: unexpected state{extra[0]}")
 
-
-def finite_per_seed(tree: Any) -> jax.Array:
-    """`bool [S]`: whether every floating leaf of a tree with a leading seed axis is finite."""
-    flags = [
-        jnp.all(jnp.isfinite(x).reshape(x.shape[0], -1), axis=1)
-        for x in jax.tree.leaves(tree)
-        if jnp.issubdtype(x.dtype, jnp.inexact)
-    ]
-    return jnp.all(jnp.stack(flags), axis=0)

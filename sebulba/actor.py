@@ -23,6 +23,7 @@ from jax.sharding import NamedSharding
 from podracer.config import EnvConfig
 from podracer.envs.host import HostEnv, HostStep, make_host_env
 from podracer.parallel import put_process_batch
+from podracer.runner.episodes import EpisodeStats
 from podracer.types import ActFn, Array, Params, PRNGKey, Trajectory
 from sebulba.params import ParamSource
 from sebulba.threads import Stopped, put
@@ -35,7 +36,7 @@ class RolloutItem(NamedTuple):
 
     trajectory: `[T, B, ...]`, sharded over the learner devices along the batch axis.
     version:    version of the parameters that chose the actions (updates applied).
-    episodes:   `[3]` float64: return sum, length sum and count of the episodes that ended.
+    episodes:   the episodes that ended (float64 sums and count, on the host).
     timings:    seconds spent on this rollout waiting for the envs (`env_wait_s`), on
                 inference (`inference_s`), for parameters (`param_wait_s`), and putting the
                 previous rollout into the queue (`queue_wait_s`).
@@ -45,7 +46,7 @@ class RolloutItem(NamedTuple):
 
     trajectory: Trajectory
     version: int
-    episodes: np.ndarray
+    episodes: EpisodeStats
     timings: dict[str, float]
     started: float
 
@@ -54,7 +55,7 @@ class Rollout(NamedTuple):
     trajectory: Trajectory  # NumPy, `[T, B, ...]`
     obs: Any  # observations to act on next, `[B, ...]` (an array, or a pytree such as MaskedObs)
     key: PRNGKey
-    episodes: np.ndarray
+    episodes: EpisodeStats
     env_wait_s: float
     inference_s: float
 
@@ -78,7 +79,7 @@ def collect_rollout(
     """`length` steps of every environment of `env`, acting with `params`."""
     buffers: dict[str, Any] | None = None
     extras_per_step: list[dict[str, Array]] = []  # left on the device until the end
-    episodes = np.zeros(3)
+    episodes = EpisodeStats.host_zeros()
     env_wait = inference = 0.0
     for t in range(length):
         if stop.is_set():
@@ -98,7 +99,8 @@ def collect_rollout(
         env_wait += time.perf_counter() - written
         inference += sent - start
         _write_outcome(buffers, t, step)
-        episodes += _episode_sums(step)
+        episodes += EpisodeStats.host_ended(step.episode_end, step.timestep.episode_return,
+                                            step.timestep.episode_length)
         obs = step.timestep.obs
     buffers["extras"] = _stack_steps(extras_per_step)
     return Rollout(_trajectory(buffers), obs, key, episodes, env_wait, inference)
@@ -145,14 +147,6 @@ def _trajectory(buffers: dict[str, Any]) -> Trajectory:
         terminated=buffers["terminated"], truncated=buffers["truncated"],
         next_obs=buffers["next_obs"], extras=buffers["extras"],
     )
-
-
-def _episode_sums(step: HostStep) -> np.ndarray:
-    end = step.episode_end
-    if not end.any():
-        return np.zeros(3)
-    ts = step.timestep
-    return np.array([ts.episode_return[end].sum(), ts.episode_length[end].sum(), end.sum()], np.float64)
 
 
 @dataclasses.dataclass

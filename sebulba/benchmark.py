@@ -24,6 +24,7 @@ import numpy as np
 from podracer.agents.muzero import without_search
 from podracer.config import Config
 from podracer.envs.host import make_host_env
+from podracer.runner import Hooks
 from sebulba.actor import Actor, make_policy_step
 from sebulba.runner import (
     Setup,
@@ -188,7 +189,7 @@ def training_sps(config: Config, s: Setup, seconds: float) -> float:
     def past_deadline() -> bool:  # `seconds` after the first row: compilation is not timed
         return bool(first_row_at) and time.monotonic() > first_row_at[0] + seconds
 
-    rows, _ = run(config, s, initial_learner_state(config, s), on_row, past_deadline)
+    rows, _ = run(config, s, initial_learner_state(config, s), Hooks(on_row, should_stop=past_deadline))
     if len(rows) < 2:
         raise RuntimeError(f"bench: fewer than two updates in {seconds} s; give it more seconds")
     return (rows[-1]["env_steps"] - rows[0]["env_steps"]) / (rows[-1]["wall_s"] - rows[0]["wall_s"])

@@ -16,6 +16,7 @@ from typing import Any, Sequence
 import jax
 
 from podracer.config import Config, check
+from podracer.runner.sizes import update_sizes
 from sebulba.config import SebulbaConfig
 
 
@@ -77,10 +78,7 @@ def make_layout(config: Config, devices: Sequence[Any] | None = None) -> Layout:
     check(per_thread % len(learner) == 0, "arch.num_envs",
           f"must give each actor thread a number of envs ({per_thread}) divisible by the "
           f"number of learner devices ({len(learner)})", arch.num_envs)
-    steps_per_update = arch.num_envs * arch.rollout_length
-    num_updates = config.total_env_steps // steps_per_update
-    check(num_updates >= 1, "total_env_steps",
-          f"must be at least arch.num_envs * arch.rollout_length = {steps_per_update}", config.total_env_steps)
+    steps_per_update, num_updates = update_sizes(config)
     return Layout(
         actor_devices=tuple(per_process[here][i] for i in actor),
         learner_devices=tuple(devices[i] for devices in per_process for i in learner),

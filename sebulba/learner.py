@@ -20,9 +20,11 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from podracer.agents.registry import checked_update
-from podracer.checkpoint import NonFiniteError
 from podracer.distributed import NO_WAITS, Waits
 from podracer.parallel import local_copy, process_sum
+from podracer.runner.device_state import add_device_axis, agent_state_specs, strip_device_axis
+from podracer.runner.episodes import EpisodeStats
+from podracer.runner.guard import all_finite, check_finite
 from podracer.types import Agent, AgentState, Metrics, PRNGKey, Trajectory
 from sebulba.actor import RolloutItem
 from sebulba.params import ParamSource
@@ -43,8 +45,7 @@ def state_specs(state: AgentState) -> AgentState:
     mesh: `params`, `opt_state` and `update_count` replicated (`P()`); `local`, the agent's
     per-device state such as a replay buffer, `[D, ...]` with one slice per learner device
     (`P(AXIS)`), never averaged."""
-    return jax.tree.map(lambda _: P(), state.replace(local=None)).replace(
-        local=jax.tree.map(lambda _: P(AXIS), state.local))
+    return agent_state_specs(state, AXIS)
 
 
 def make_update_step(agent: Agent, mesh: Mesh) -> UpdateStep:
@@ -70,9 +71,9 @@ def make_update_step(agent: Agent, mesh: Mesh) -> UpdateStep:
     def per_device(state: AgentState, trajectories: tuple[Trajectory, ...], keys: PRNGKey):
         trajectory = jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=1), *trajectories)
         # Per-device state is seen without its device axis: `[1, ...] -> [...]` and back.
-        state = state.replace(local=jax.tree.map(lambda x: x[0], state.local))
+        state = state.replace(local=strip_device_axis(state.local))
         state, metrics = update(state, trajectory, keys[0])
-        return state.replace(local=jax.tree.map(lambda x: x[None], state.local)), metrics
+        return state.replace(local=add_device_axis(state.local)), metrics
 
     def update_step(replicated: AgentState, local: Any, trajectories: tuple[Trajectory, ...], keys: PRNGKey):
         state = replicated.replace(local=local)
@@ -122,13 +123,6 @@ def make_key_split(mesh: Mesh) -> Callable[[PRNGKey], tuple[PRNGKey, PRNGKey]]:
     return jax.jit(split, out_shardings=(NamedSharding(mesh, P()), NamedSharding(mesh, P(AXIS))))
 
 
-@jax.jit
-def all_finite(tree: Any) -> jax.Array:
-    """`bool []`: every floating leaf of `tree` is finite."""
-    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)
-                              if jnp.issubdtype(x.dtype, jnp.inexact)]))
-
-
 class LearnerState(NamedTuple):
     """What a Sebulba checkpoint holds on the devices: the agent state (placed with
     `state_specs`) and the learner's key (replicated). Environments live in the host's
@@ -148,7 +142,7 @@ class UpdateRecord(NamedTuple):
     wait_s: float  # learner waiting for trajectories
     update_s: float  # the compiled update, until its metrics were on the host
     queue_depth: int  # trajectories waiting in the queues after this update took its own
-    episodes: np.ndarray  # `[3]`: return sum, length sum, count of episodes ended, all processes
+    episodes: EpisodeStats  # the episodes ended, all processes
 
 
 @dataclasses.dataclass
@@ -196,15 +190,16 @@ class Learner:
                 state, metrics = self.update_step(self.state, trajectories, step_keys)
                 metrics, finite = jax.device_get((metrics, all_finite(state.params)))
             updated = time.perf_counter()
-            check_finite(metrics, bool(finite), update + 1, self.describe_kept())
+            check_finite(metrics, bool(finite), f"at update {update + 1}",
+                         "run stopped (the update was not applied)", self.describe_kept())
             self.state, self.key, self.updates = state, key, update + 1
             self.publish(update + 1)
-            episodes = sum((item.episodes for item in items), np.zeros(3))
+            episodes = sum((item.episodes for item in items), EpisodeStats.host_zeros())
             with self.waits.waiting(f"the stop agreement after update {update + 1}"):
-                shared = process_sum(np.append(episodes, float(self.stop_requested())), self.mesh)
+                shared = process_sum(np.append(episodes.to_array(), float(self.stop_requested())), self.mesh)
             self.report(UpdateRecord(
                 update + 1, metrics, items, [update - item.version for item in items],
-                waited, updated - start - waited, sum(q.qsize() for q in self.queues), shared[:3],
+                waited, updated - start - waited, sum(q.qsize() for q in self.queues), EpisodeStats.from_array(shared),
             ))
             self.stopped = bool(shared[3] > 0) and update + 1 < self.num_updates
             self.checkpoint(self, update + 1, self.stopped or update + 1 == self.num_updates)
@@ -216,11 +211,3 @@ class Learner:
         for source in self.sources:
             source.publish(params, version)
 
-
-def check_finite(metrics: dict[str, Any], params_finite: bool, update: int, kept: str) -> None:
-    """NonFiniteError naming the metrics (or parameters) that are NaN or infinite."""
-    bad = sorted(name for name, value in metrics.items() if not np.all(np.isfinite(value)))
-    if bad or not params_finite:
-        what = f"loss metrics {', '.join(bad)}" if bad else "parameters"
-        raise NonFiniteError(f"non-finite {what} at update {update}; run stopped (the update was not "
-                             f"applied), {kept}")

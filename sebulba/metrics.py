@@ -1,5 +1,5 @@
-"""Metrics rows of a Sebulba run: the Anakin row (`anakin.runner.metrics_row`'s keys) plus
-where the time went.
+"""Metrics rows of a Sebulba run: the rows every runner writes (`podracer.runner.metrics_row`)
+plus where the time went.
 
 Timings are means over the interval of a row: actor timings in seconds per rollout
 (`actor_env_wait_s`: waiting for the environments; `actor_inference_s`: choosing actions;
@@ -25,6 +25,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from podracer.runner import Clock, EpisodeStats, metrics_row
 from sebulba.learner import UpdateRecord
 
 ACTOR_TIMINGS = ("env_wait_s", "inference_s", "param_wait_s", "queue_wait_s")
@@ -40,8 +41,7 @@ class MetricsReporter:
         self.updates_per_log = updates_per_log
         self.num_updates = num_updates
         self.emit = emit
-        self.last_time = time.perf_counter()
-        self.start = self.last_time - wall_offset_s  # a resumed run's wall time goes on
+        self.clock = Clock(wall_offset_s)  # a resumed run's wall time goes on
         self.last_update = first_update
         self.rows = 0  # rows emitted so far, in this session
         self._records: list[UpdateRecord] = []
@@ -52,42 +52,27 @@ class MetricsReporter:
             self.rows += 1
             self.emit(self.row())
 
-    def wall_s(self) -> float:
-        return time.perf_counter() - self.start
-
     def row(self) -> dict[str, Any]:
         records, self._records = self._records, []
         now = time.perf_counter()
         update = records[-1].update
-        since = min([self.last_time] + [item.started for r in records for item in r.items])
-        row = {
-            "env_steps": update * self.steps_per_update,
-            "sps": (update - self.last_update) * self.steps_per_update / max(now - since, 1e-9),
-            "wall_s": now - self.start,
-            **episode_means(records),
-            **agent_means(records),
-            **timing_means(records),
-        }
-        self.last_time, self.last_update = now, update
-        return row
-
-
-def episode_means(records: list[UpdateRecord]) -> dict[str, Any]:
-    total = sum((r.episodes for r in records), np.zeros(3))
-    count = int(total[2])
-    return {
-        "episode_return": float(total[0] / count) if count else None,
-        "episode_length": float(total[1] / count) if count else None,
-        "episodes": count,
-    }
+        since = min([self.clock.last] + [item.started for r in records for item in r.items])
+        _, wall_s = self.clock.lap(now)
+        sps = (update - self.last_update) * self.steps_per_update / max(now - since, 1e-9)
+        episodes = sum((r.episodes for r in records), EpisodeStats.host_zeros())
+        self.last_update = update
+        return metrics_row(update * self.steps_per_update, sps, wall_s, episodes, agent_means(records),
+                           **timing_means(records))
 
 
 def agent_means(records: list[UpdateRecord]) -> dict[str, float]:
+    """The agent's metrics, each a mean over the records' updates."""
     names = records[0].metrics.keys()
     return {name: float(np.mean([np.mean(r.metrics[name]) for r in records])) for name in names}
 
 
 def timing_means(records: list[UpdateRecord]) -> dict[str, float]:
+    """Where the time went (see the module's docstring)."""
     items = [item for r in records for item in r.items]
     lags = [lag for r in records for lag in r.policy_lag]
     row = {f"actor_{name}": float(np.mean([item.timings[name] for item in items])) for name in ACTOR_TIMINGS}

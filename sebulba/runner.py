@@ -11,16 +11,18 @@ import queue
 from typing import Any, Callable, NamedTuple
 
 import jax
-import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding
 
 from podracer import distributed, parallel
 from podracer.agents import make_checked_agent
-from podracer.checkpoint import Checkpoints, Progress, describe_kept
+from podracer.checkpoint import Checkpoints, Progress
 from podracer.config import Config, ConfigError
 from podracer.distributed import NO_WAITS, Waits
 from podracer.envs import UnknownEnvError
 from podracer.envs.host import host_env_specs
+from podracer.runner import Hooks, TrainResult
+from podracer.runner.device_state import broadcast_device_axis
+from podracer.runner.hooks import MetricsCallback
 from podracer.types import ActionSpec, Agent, AgentState, BatchShape, ObservationSpec
 from sebulba.actor import Actor, make_policy_step
 from sebulba.config import SebulbaConfig
@@ -30,7 +32,6 @@ from sebulba.metrics import MetricsReporter
 from sebulba.params import ParamSource
 from sebulba.threads import ThreadGroup
 
-MetricsCallback = Callable[[dict[str, Any]], None]
 JOIN_TIMEOUT_S = 20.0
 _DONE = object()
 
@@ -41,15 +42,6 @@ class Setup(NamedTuple):
     action_spec: ActionSpec
     agent: Agent
     mesh: Mesh  # the learner devices, axis `AXIS`
-
-
-class TrainResult(NamedTuple):
-    metrics: list[dict[str, Any]]  # one row per `arch.updates_per_log` updates
-    state: AgentState  # final learner state, placed with `learner.state_specs`
-    agent: Agent
-    run_dir: str | None = None  # set by `experiments.train`
-    stopped: bool = False  # True when `should_stop` ended the run early
-    env_steps: int = 0  # env steps the run has taken (one seed's), over every session
 
 
 def setup(config: Config) -> Setup:
@@ -82,7 +74,7 @@ def initial_state(config: Config, s: Setup) -> AgentState:
 
     def init() -> AgentState:
         state = s.agent.init(jax.random.fold_in(jax.random.key(config.seed), 0))
-        return state.replace(local=jax.tree.map(lambda x: jnp.broadcast_to(x, (num_devices,) + x.shape), state.local))
+        return state.replace(local=broadcast_device_axis(state.local, num_devices))
 
     shapes = jax.eval_shape(init)
     shardings = jax.tree.map(lambda _, spec: NamedSharding(s.mesh, spec), shapes, state_specs(shapes))
@@ -104,8 +96,10 @@ def train(
     should_stop: Callable[[], bool] | None = None,
     resume: bool = False,
     waits: Waits = NO_WAITS,
+    prepared: Setup | None = None,
 ) -> TrainResult:
-    """Train `config.agent` on the host environment `config.env` with Sebulba.
+    """Train `config.agent` on the host environment `config.env` with Sebulba
+    (`TrainResult.state` is the learner's `AgentState`, placed with `learner.state_specs`).
 
     `on_metrics` receives each metrics row (see `sebulba.metrics`) in the calling thread as
     soon as it exists. Ctrl-C or a fault in any thread stops every thread and re-raises.
@@ -116,18 +110,16 @@ def train(
     `resume=True` continues from its latest checkpoint. The environments restart on
     resume: EnvPool's states cannot be saved, so a resumed Sebulba run continues the same
     learner but not bit for bit the same run (Anakin's resume is exact). `waits` marks
-    the learner's waits on other processes (a multi-process run's deadlines).
+    the learner's waits on other processes (a multi-process run's deadlines); see
+    `podracer.runner.Hooks`. `prepared` is `setup(config)` when the caller has already
+    run it (`experiments.train` does, on every process, before anything else).
     """
-    s = setup(config)
+    hooks = Hooks(on_metrics, checkpointer, should_stop, resume, waits)
+    s = prepared if prepared is not None else setup(config)
     with waits.waiting("every process to connect its learner devices"):
         distributed.connect(s.mesh, config.distributed.timeout_s)
-    start, progress = initial_learner_state(config, s), Progress()
-    if resume:
-        if checkpointer is None:
-            raise ValueError("resume=True needs a checkpointer")
-        start, progress = checkpointer.restore(start)
-    rows, learner = run(config, s, start, on_metrics, should_stop, checkpointer=checkpointer, progress=progress,
-                        waits=waits)
+    start, progress = hooks.start(initial_learner_state(config, s))
+    rows, learner = run(config, s, start, hooks, progress)
     return TrainResult(rows, learner.state, s.agent, stopped=learner.stopped,
                        env_steps=learner.updates * s.layout.steps_per_update)
 
@@ -162,13 +154,11 @@ def param_sources(layout: Layout) -> dict[Any, ParamSource]:
 
 
 def run(
-    config: Config, s: Setup, start: LearnerState, on_metrics: MetricsCallback | None,
-    stop_requested: Callable[[], bool] | None = None, *, checkpointer: Checkpoints | None = None,
-    progress: Progress = Progress(), waits: Waits = NO_WAITS,
+    config: Config, s: Setup, start: LearnerState, hooks: Hooks, progress: Progress = Progress(),
 ) -> tuple[list[dict[str, Any]], Learner]:
     """Run from `start` (after `progress.updates` updates) to the last update, or until
-    `stop_requested()` (e.g. a benchmark's deadline): `(rows, the learner)`, whose `state`
-    is the final agent state."""
+    `hooks.stop_requested()` (e.g. a benchmark's deadline): `(rows, the learner)`, whose
+    `state` is the final agent state. `hooks.resume` is not read: `start` is where to go on."""
     rows_queue: queue.Queue = queue.Queue()
     sources = param_sources(s.layout)
     first, total = progress.updates, s.layout.num_updates
@@ -178,23 +168,23 @@ def run(
     every = config.checkpoint.every_updates
 
     def checkpoint(learner: Learner, update: int, final: bool) -> None:
-        if checkpointer is None or not (final or (every > 0 and update % every == 0)):
+        if hooks.checkpointer is None or not (final or (every > 0 and update % every == 0)):
             return
-        checkpointer.save(LearnerState(learner.state, learner.key), Progress(
-            update, update * s.layout.steps_per_update, reporter.wall_s(), progress.rows + reporter.rows))
+        hooks.save(LearnerState(learner.state, learner.key), Progress(
+            update, update * s.layout.steps_per_update, reporter.clock.wall_s(), progress.rows + reporter.rows))
 
     learner = Learner(
         update_step=make_update_step(s.agent, s.mesh), state=start.agent, key=start.key, mesh=s.mesh,
         queues=[actor.out for actor in actors], sources=list(sources.values()),
         num_updates=total, report=reporter, first_update=first,
-        stop_requested=stop_requested or (lambda: False), checkpoint=checkpoint,
-        describe_kept=lambda: describe_kept(checkpointer), waits=waits,
+        stop_requested=hooks.stop_requested, checkpoint=checkpoint,
+        describe_kept=hooks.describe_kept, waits=hooks.waits,
     )
     group = ThreadGroup()
     for actor in actors:
         group.start(f"actor-{actor.index}", actor.run, group.stop)
     group.start("learner", _learner_body, learner, rows_queue, group.stop)
-    return supervise(group, rows_queue, on_metrics), learner
+    return supervise(group, rows_queue, hooks.emit), learner
 
 
 def _learner_body(learner: Learner, rows_queue: queue.Queue, stop: Any) -> None:
@@ -202,7 +192,7 @@ def _learner_body(learner: Learner, rows_queue: queue.Queue, stop: Any) -> None:
     rows_queue.put(_DONE)
 
 
-def supervise(group: ThreadGroup, rows_queue: queue.Queue, on_metrics: MetricsCallback | None) -> list[dict[str, Any]]:
+def supervise(group: ThreadGroup, rows_queue: queue.Queue, on_metrics: MetricsCallback) -> list[dict[str, Any]]:
     """Hand rows to `on_metrics` until the learner is done, a thread fails or the caller is
     interrupted; then stop and join every thread."""
     rows: list[dict[str, Any]] = []
@@ -215,8 +205,7 @@ def supervise(group: ThreadGroup, rows_queue: queue.Queue, on_metrics: MetricsCa
             if row is _DONE:
                 break
             rows.append(row)
-            if on_metrics is not None:
-                on_metrics(row)
+            on_metrics(row)
     finally:
         stuck = group.join(JOIN_TIMEOUT_S)
     group.raise_error()

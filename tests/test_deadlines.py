@@ -117,14 +117,15 @@ def test_sebulba_rows_count_steps_from_when_their_rollouts_began():
     """A trajectory that waited in a queue was collected before the row's interval began:
     the row's sps counts from its rollout's start, never claiming more steps per second
     than the actors took."""
+    from podracer.runner import EpisodeStats
     from sebulba.actor import RolloutItem
     from sebulba.learner import UpdateRecord
     from sebulba.metrics import MetricsReporter
 
     rows = []
     reporter = MetricsReporter(steps_per_update=1000, updates_per_log=1, num_updates=2, emit=rows.append)
-    started = reporter.last_time - 1.0  # collected during the second before the run's first row
+    started = reporter.clock.last - 1.0  # collected during the second before the run's first row
     timings = dict.fromkeys(("env_wait_s", "inference_s", "param_wait_s", "queue_wait_s"), 0.0)
-    item = RolloutItem(None, 0, np.zeros(3), timings, started)
-    reporter(UpdateRecord(1, {"loss": np.zeros(())}, [item], [0], 0.0, 0.0, 0, np.zeros(3)))
+    item = RolloutItem(None, 0, EpisodeStats.host_zeros(), timings, started)
+    reporter(UpdateRecord(1, {"loss": np.zeros(())}, [item], [0], 0.0, 0.0, 0, EpisodeStats.host_zeros()))
     assert rows[0]["sps"] <= 1000 / 1.0

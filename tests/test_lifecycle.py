@@ -8,7 +8,8 @@ import jax.numpy as jnp
 import pytest
 
 from experiments import train as train_lib
-from podracer.checkpoint import Checkpointer, CheckpointMismatchError, NonFiniteError, checkpoint_dir
+from podracer.checkpoint import Checkpointer, CheckpointMismatchError, checkpoint_dir
+from podracer.runner import NonFiniteError
 from tests.helpers import TINY, assert_trees_equal, comparable, read_rows
 
 

@@ -12,9 +12,9 @@ import pytest
 import sebulba.actor
 import sebulba.runner
 from podracer.agents import PPOConfig
-from podracer.checkpoint import NonFiniteError
 from podracer.config import Config, EnvConfig
 from podracer.envs.host import make_host_env
+from podracer.runner import NonFiniteError
 from sebulba import SebulbaConfig, train
 from tests.helpers import nan_loss_at
 

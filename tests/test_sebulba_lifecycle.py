@@ -9,8 +9,9 @@ import sebulba.runner
 from experiments import train as train_lib
 from experiments.evaluate import evaluate
 from podracer.agents import PPOConfig
-from podracer.checkpoint import Checkpointer, CheckpointMismatchError, NonFiniteError, checkpoint_dir
+from podracer.checkpoint import Checkpointer, CheckpointMismatchError, checkpoint_dir
 from podracer.config import CheckpointConfig, Config, ConfigError, EnvConfig, LogConfig
+from podracer.runner import NonFiniteError
 from sebulba import SebulbaConfig
 from sebulba.learner import make_update_step
 from tests.helpers import assert_trees_equal, nan_loss_at, nan_params_at, read_rows
