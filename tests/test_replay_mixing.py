@@ -90,7 +90,7 @@ def test_bad_replay_settings_name_the_field(config, match):
 
 @pytest.mark.parametrize("config, batch, match", [
     (ImpalaConfig(replay_fraction=0.3), BatchShape(8, 4), "agent.replay_fraction must make"),
-    (ImpalaConfig(replay_fraction=0.5, num_minibatches=3), BatchShape(8, 4), "sequences of each device's update"),
+    (ImpalaConfig(replay_fraction=0.5, num_minibatches=3), BatchShape(8, 4), "sequences of each device's update \\(4 environments \\+ 4 replayed\\)"),
     (ImpalaConfig(replay_fraction=0.5, replay_capacity=16), BatchShape(8, 4), "agent.replay_capacity must hold"),
     (PPOConfig(advantage="vtrace", replay_fraction=0.5, num_minibatches=3), BatchShape(8, 4), "replayed ones"),
 ])

@@ -82,11 +82,13 @@ class ImpalaConfig:
         `num_minibatches` minibatches of whole sequences (the loss needs whole `[T]`
         sequences, so minibatches split the environments, not time)."""
         envs = batch.envs_per_device
+        what = f"{envs} environments of each device"
         if self.replay_fraction > 0:
-            envs += check_replay(self.replay_fraction, self.replay_capacity, batch)
+            replayed = check_replay(self.replay_fraction, self.replay_capacity, batch)
+            envs, what = envs + replayed, f"{envs + replayed} sequences of each device's update ({envs} " \
+                f"environments + {replayed} replayed)"
         check(envs % self.num_minibatches == 0, "agent.num_minibatches",
-              f"must divide the {envs} sequences of each device's update (minibatches are whole sequences; "
-              "replayed ones included)", self.num_minibatches)
+              f"must divide the {what} (minibatches are whole sequences)", self.num_minibatches)
 
 
 def make_optimizer(config: ImpalaConfig, num_steps: int) -> optax.GradientTransformation:
