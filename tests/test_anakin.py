@@ -50,6 +50,7 @@ def test_eight_seeds_in_one_program_each_learn():
     assert not np.allclose(policy[0], policy[1])
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_same_seed_same_run_and_call_split_does_not_matter():
     base = Config(env=EnvConfig("Catch"), agent=PPOConfig(num_minibatches=2), total_env_steps=8 * 16 * 7,

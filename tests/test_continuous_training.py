@@ -90,6 +90,7 @@ def test_anakin_continuous_ppo_learns_the_probe(anakin_run):
     np.testing.assert_allclose(greedy_actions(result.agent, params, [[1.0], [3.0]]), [[-0.5], [0.5]], atol=0.1)
 
 
+@pytest.mark.slow
 @pytest.mark.xdist_group("continuous-anakin")
 @pytest.mark.timeout(240)
 def test_normalizer_checkpoint_round_trip_and_evaluate(anakin_run):

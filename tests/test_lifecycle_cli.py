@@ -115,6 +115,7 @@ def catch_greedy_returns(run_dir, params=None) -> list[float]:
     return returns
 
 
+@pytest.mark.slow
 @pytest.mark.xdist_group("tiny-run")
 @pytest.mark.timeout(120)
 def test_evaluate_json_is_reproducible_and_counts_episodes(trained_run, capsys, tmp_path):

@@ -67,6 +67,7 @@ def test_cli_errors_exit_2_with_one_line(capsys, argv, message):
     assert exit_info.value.code == 2 and len(err) == 1 and message in err[0], err
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("torso, obs_shape", [("conv", (6, 5))])  # the MLP: tests/test_contract.py
 def test_act_searches_and_greedy_act_is_deterministic(torso, obs_shape):
@@ -97,6 +98,7 @@ def tiny_anakin_config() -> Config:
                   arch=AnakinConfig(num_envs=4, rollout_length=8, devices=(0, 1), updates_per_call=1))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_sebulba_searches_on_the_actor_device_and_learns_on_three():
     """1 actor device (the search runs there), 3 learner devices with a buffer each; the
@@ -129,6 +131,7 @@ def test_sebulba_searches_on_the_actor_device_and_learns_on_three():
             np.testing.assert_array_equal(np.asarray(shard.data), first)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_bench_reports_acting_with_and_without_search():
     """`podracer bench anakin`'s MuZero figures: acting with the prediction network alone
@@ -169,6 +172,7 @@ def test_without_vma_check_runs_untyped_loops_under_shard_map():
     np.testing.assert_allclose(jax.jit(parallel.without_vma_check(count_up))(x), 3 * x)  # outside: fn itself
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_final_values_are_the_value_of_truncated_steps_final_observations():
     """The bootstrap of a truncated episode (`learning.final_values`): the predicted value

@@ -61,6 +61,7 @@ def compiled(problem: str, search: str):
     return jax.jit(lambda keys: (run(config, keys[0], True), jax.vmap(lambda key: run(config, key, False))(keys)))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("search", ["gumbel", "muzero"])
 def test_bandit_best_action_and_policy_ordered_by_reward(search):
@@ -78,6 +79,7 @@ def test_bandit_best_action_and_policy_ordered_by_reward(search):
     assert np.all(best_fraction >= 0.5), best_fraction
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("search", ["gumbel", "muzero"])
 def test_chain_search_looks_three_steps_ahead(search):

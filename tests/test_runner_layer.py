@@ -59,6 +59,7 @@ def counting(monkeypatch, module, name):
     return calls
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config, runner, builder_module", [
     (ANAKIN, anakin.runner, anakin.runner), (SEBULBA, sebulba.runner, sebulba.metrics),
 ], ids=["anakin", "sebulba"])

@@ -76,6 +76,7 @@ def test_env_that_raises_stops_every_thread(monkeypatch):
     assert sebulba_threads() == []
 
 
+@pytest.mark.slow
 def test_nan_in_the_learner_stops_every_thread(monkeypatch):
     failed_at: list[float] = []
     poisoned = nan_loss_at(sebulba.runner.make_update_step, 5, failed_at)
@@ -102,6 +103,7 @@ def test_ctrl_c_stops_cleanly():
     assert sebulba_threads() == []
 
 
+@pytest.mark.slow
 def test_error_in_the_metrics_callback_stops_cleanly():
     def on_metrics(row):
         raise OSError(28, "No space left on device")
