@@ -14,6 +14,13 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     atexit.register(shutil.rmtree, os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+# Most of the suite's time is XLA:CPU compiling many small programs that then run briefly:
+# LLVM's cheapest code generation compiles them ~40% faster (and runs them a little slower).
+# Numerics are unaffected (no fast-math either way); subprocesses inherit the flags.
+_FAST_COMPILE = ("--xla_backend_optimization_level=0", "--xla_llvm_disable_expensive_passes=true")
+os.environ["XLA_FLAGS"] = " ".join(
+    [os.environ.get("XLA_FLAGS", "")] + [f for f in _FAST_COMPILE if f.split("=")[0] not in os.environ.get("XLA_FLAGS", "")]
+).strip()
 
 import jax  # noqa: E402
 import pytest  # noqa: E402
