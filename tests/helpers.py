@@ -285,3 +285,19 @@ def read_rows(run_dir, missing_ok: bool = False) -> list[dict]:
         return []
     with open(path) as f:
         return [json.loads(line) for line in f.read().splitlines()]
+
+
+def assert_buffers_per_device_and_params_replicated(state, held: int) -> None:
+    """A learner state on 3 devices: each device's replay buffer (`state.local`) holds its
+    own data in its first `held` slots, and every parameter is the same on every device."""
+    import jax
+    import numpy as np
+
+    obs = state.local.experience.obs
+    shards = sorted(obs.addressable_shards, key=lambda shard: shard.index[0].start)
+    first = [np.asarray(shard.data)[0, 0, :held] for shard in shards]
+    assert not np.array_equal(first[0], first[1]) and not np.array_equal(first[1], first[2])
+    for leaf in jax.tree.leaves(state.params):
+        copy = np.asarray(leaf.addressable_shards[0].data)
+        for shard in leaf.addressable_shards[1:]:
+            np.testing.assert_array_equal(np.asarray(shard.data), copy)

@@ -18,6 +18,7 @@ from podracer import parallel
 from podracer.agents import MuZeroConfig, algorithms, make_agent
 from podracer.config import Config, ConfigError, EnvConfig
 from podracer.types import BatchShape, BoxSpec, DiscreteSpec, ObsSpec
+from tests.helpers import assert_buffers_per_device_and_params_replicated
 
 OBS_SPEC, ACTION_SPEC = ObsSpec((4,), jnp.float32), DiscreteSpec(2)
 # A tiny agent: every test that compiles a search uses this one, so that the programs are
@@ -122,13 +123,7 @@ def test_sebulba_searches_on_the_actor_device_and_learns_on_three():
     assert int(state.opt_state.gradient_steps) >= 8
     obs = state.local.experience.obs
     assert obs.shape == (3, 1, 1024, 4) and len(obs.sharding.device_set) == 3
-    shards = sorted(obs.addressable_shards, key=lambda shard: shard.index[0].start)
-    held = [np.asarray(shard.data)[0, 0, :192] for shard in shards]
-    assert not np.array_equal(held[0], held[1]) and not np.array_equal(held[1], held[2])
-    for leaf in jax.tree.leaves(state.params):
-        first = np.asarray(leaf.addressable_shards[0].data)
-        for shard in leaf.addressable_shards[1:]:
-            np.testing.assert_array_equal(np.asarray(shard.data), first)
+    assert_buffers_per_device_and_params_replicated(state, held=192)
 
 
 @pytest.mark.slow

@@ -18,7 +18,7 @@ from podracer.config import Config, EnvConfig
 from podracer.replay import make_replay
 from sebulba import SebulbaConfig, setup, train
 from sebulba.learner import device_keys, make_update_step, state_specs, trajectory_sharding
-from tests.helpers import tree_allclose
+from tests.helpers import assert_buffers_per_device_and_params_replicated, tree_allclose
 
 
 def place(state, mesh):
@@ -120,10 +120,4 @@ def test_dqn_on_four_devices_keeps_a_buffer_per_learner_device():
     obs = state.local.experience.obs
     assert obs.shape == (3, 1, 512, 4) and len(obs.sharding.device_set) == 3
     assert np.asarray(state.local.current_index).tolist() == [20 * 16] * 3
-    shards = sorted(obs.addressable_shards, key=lambda shard: shard.index[0].start)
-    held = [np.asarray(shard.data)[0, 0, :320] for shard in shards]
-    assert not np.array_equal(held[0], held[1]) and not np.array_equal(held[1], held[2])
-    for leaf in jax.tree.leaves(state.params):
-        first = np.asarray(leaf.addressable_shards[0].data)
-        for shard in leaf.addressable_shards[1:]:
-            np.testing.assert_array_equal(np.asarray(shard.data), first)
+    assert_buffers_per_device_and_params_replicated(state, held=320)
