@@ -35,7 +35,8 @@ class RunnerState(NamedTuple):
 
     agent: `[S, ...]`, replicated over devices, except `agent.local` (per-device state such
            as a replay buffer): `[S, D, ...]`, sharded over devices, one copy each.
-    envs:  `[S, B, ...]`, environments sharded over devices (B = all envs of a seed).
+    envs:  `[S, B, ...]`, environments sharded over devices (B = all envs of a seed), with a
+           recurrent agent's core state and start flags (`EnvCarry`), so resume is exact.
     key:   `[S, D]`, one key per seed and device, sharded over devices.
     """
 
@@ -89,7 +90,7 @@ def init_state(
     for seed_key in seed_keys:
         agent_key, env_key, run_key = jax.random.split(seed_key, 3)
         agents.append(init(agent_key))
-        envs.append(jax.jit(reset_envs, static_argnums=(0, 3))(env, env_params, env_key, num_envs))
+        envs.append(jax.jit(reset_envs, static_argnums=(0, 3, 4))(env, env_params, env_key, num_envs, agent))
         keys.append(jax.random.split(run_key, num_devices))
     stack = lambda *xs: jnp.stack(xs)  # noqa: E731
     agent_state = jax.tree.map(stack, *agents)
@@ -117,7 +118,7 @@ def make_train_call(
             agent_state, envs, key, stats, metric_sums = carry
             key, rollout_key, update_key = iteration_keys(key)
             envs, traj, episode_stats = rollout(
-                env, env_params, agent.act, agent_state.params, envs, rollout_key, rollout_length
+                env, env_params, agent, agent_state.params, envs, rollout_key, rollout_length
             )
             agent_state, metrics = update(agent_state, traj, update_key)
             metric_sums = jax.tree.map(jnp.add, metric_sums, metrics)
@@ -131,7 +132,7 @@ def make_train_call(
 
     def _trajectory_shape(agent_state, envs, key):
         return jax.eval_shape(
-            lambda: rollout(env, env_params, agent.act, agent_state.params, envs, key, rollout_length)[1]
+            lambda: rollout(env, env_params, agent, agent_state.params, envs, key, rollout_length)[1]
         )
 
     def per_device(state: RunnerState, num_updates: jax.Array):
@@ -165,7 +166,7 @@ def make_rollout_call(
             envs, key, stats = carry
             key, rollout_key = jax.random.split(key)
             envs, _, episode_stats = rollout(
-                env, env_params, agent.act, agent_state.params, envs, rollout_key, rollout_length
+                env, env_params, agent, agent_state.params, envs, rollout_key, rollout_length
             )
             return envs, key, stats + episode_stats
 

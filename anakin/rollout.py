@@ -1,56 +1,67 @@
 """Acting in JAX environments: `lax.scan` over time of (act, vmapped env step).
 
-Algorithm-agnostic: it calls `agent.act` and records what the agent returned.
+Algorithm-agnostic: it calls the agent's `act` (through `Agent.step`) and records what the
+agent returned. A recurrent agent's core state and episode-start flags ride in the
+`EnvCarry` next to the environments they belong to, from step to step and from one
+rollout to the next (and so into checkpoints).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from podracer.envs import JaxEnv
 from podracer.runner.episodes import EpisodeStats
-from podracer.types import Array, Params, PRNGKey, Trajectory
+from podracer.types import Agent, Array, Params, PRNGKey, Trajectory
 
 
 class EnvCarry(NamedTuple):
-    """The part of the training state that belongs to the environments, `[B, ...]`."""
+    """The part of the training state that belongs to the environments, `[B, ...]`: their
+    states and observations, and for a recurrent agent the core state after the last step
+    and `start`, True where `obs` begins an episode (None for a feed-forward agent)."""
 
     env_state: Any
     obs: Array
+    core: Any = None
+    start: Array | None = None
 
 
-def reset_envs(env: JaxEnv, env_params: Any, key: PRNGKey, num_envs: int) -> EnvCarry:
+def reset_envs(env: JaxEnv, env_params: Any, key: PRNGKey, num_envs: int, agent: Agent | None = None) -> EnvCarry:
+    """Fresh environments, and `agent`'s initial acting state for them if it is recurrent."""
     env_state, obs = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(key, num_envs), env_params)
-    return EnvCarry(env_state, obs)
+    core, start = (None, None) if agent is None else agent.initial_acting_state(num_envs)
+    return EnvCarry(env_state, obs, core, start)
 
 
 def rollout(
     env: JaxEnv,
     env_params: Any,
-    act: Callable[[Params, Array, PRNGKey], tuple[Array, dict]],
+    agent: Agent,
     params: Params,
     carry: EnvCarry,
     key: PRNGKey,
     length: int,
 ) -> tuple[EnvCarry, Trajectory, EpisodeStats]:
-    """Run `length` steps of a batch of environments: a `[T, B, ...]` trajectory."""
+    """Run `length` steps of a batch of environments: a `[T, B, ...]` trajectory (for a
+    recurrent agent with `start` and the sequence's first core state, `Trajectory.core`)."""
     num_envs = jax.tree.leaves(carry.obs)[0].shape[0]
     step_env = jax.vmap(env.step, in_axes=(0, 0, 0, None))
 
     def step(carry, key):
         act_key, env_key = jax.random.split(key)
-        action, extras = act(params, carry.obs, act_key)
+        action, extras, core = agent.step(params, carry.obs, act_key, carry.core, carry.start)
         env_state, ts = step_env(jax.random.split(env_key, num_envs), carry.env_state, action, env_params)
         done = ts.terminated | ts.truncated
         stats = EpisodeStats.ended(done, ts.episode_return, ts.episode_length)
         transition = Trajectory(
             obs=carry.obs, action=action, reward=ts.reward, terminated=ts.terminated,
-            truncated=ts.truncated, next_obs=ts.final_obs, extras=extras,
+            truncated=ts.truncated, next_obs=ts.final_obs, extras=extras, start=carry.start,
         )
-        return EnvCarry(env_state, ts.obs), (transition, stats)
+        return EnvCarry(env_state, ts.obs, core, done if agent.recurrent else None), (transition, stats)
 
+    first_core = jax.tree.map(lambda x: x[None], carry.core)
     carry, (traj, stats) = jax.lax.scan(step, carry, jax.random.split(key, length))
-    return carry, traj, jax.tree.map(jnp.sum, stats)
+    return carry, traj._replace(core=first_core), jax.tree.map(jnp.sum, stats)

@@ -6,9 +6,10 @@ through `jit`, `vmap`, `lax.scan` and `shard_map` unchanged.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Callable, NamedTuple, Protocol
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
@@ -141,6 +142,14 @@ class Trajectory(NamedTuple):
                  the value bootstraps from (equals `obs[t + 1]` when the episode went on).
     extras:      what `Agent.act` returned besides the action (behaviour log-probabilities,
                  logits, values), each `[T, B, ...]`.
+    start:       recurrent agents only (else None): `bool [T, B]`, True where `obs[t]` is
+                 the first observation of an episode, so the core state was reset to its
+                 initial value before reading it (the run's first step, and every step after
+                 a terminated or truncated one).
+    core:        recurrent agents only (else None): the core state the actor held before
+                 step 0, *before* step 0's reset, each leaf `[1, B, ...]` (a time axis of one,
+                 so that every leaf of a trajectory is time-major and is split, sharded and
+                 joined along B like the others). The learner unrolls from it with `start`.
     """
 
     obs: Array
@@ -150,6 +159,8 @@ class Trajectory(NamedTuple):
     truncated: Array
     next_obs: Array
     extras: dict[str, Array]
+    start: Array | None = None
+    core: Any = None
 
 
 @struct.dataclass
@@ -180,7 +191,7 @@ class InitFn(Protocol):
 class ActFn(Protocol):
     def __call__(self, params: Params, obs: Observation, key: PRNGKey) -> tuple[Array, dict[str, Array]]:
         """Choose actions for a batch: `obs [B, ...]` (a `MaskedObs` carries `action_mask
-        bool [B, A]`) -> `(action, extras)`.
+        bool [B, A]`) -> `(action, extras)`. (A recurrent agent's `act` is a `RecurrentActFn`.)
 
         action: `int32 [B]` in `[0, A)` for a `DiscreteSpec`, legal under the mask when
                 there is one; `float32 [B, *shape]` for a `BoxSpec`.
@@ -188,6 +199,19 @@ class ActFn(Protocol):
                 ...), each leaf `[B, ...]`; the runner stores it in `Trajectory.extras`.
         Pure: the runner may call it on an actor device with parameters some updates old.
         """
+
+
+CoreState = Any  # a recurrent agent's memory: a pytree of `[B, ...]` arrays
+
+
+class RecurrentActFn(Protocol):
+    def __call__(self, params: Params, obs: Observation, key: PRNGKey, core: CoreState,
+                 start: Array) -> tuple[Array, dict[str, Array], CoreState]:
+        """`act` of a recurrent agent (one with `initial_core`): as `ActFn`, plus the core
+        state `[B, ...]` it held after the previous step and `start bool [B]`, True where
+        `obs` is the first observation of an episode. The agent resets the core state of
+        those environments to `initial_core` *before* reading `obs`, and returns the state
+        after reading it: `(action, extras, core)`."""
 
 
 class UpdateFn(Protocol):
@@ -207,17 +231,53 @@ class UpdateFn(Protocol):
 class GreedyActFn(Protocol):
     def __call__(self, params: Params, obs: Observation) -> Array:
         """The policy's most likely action, for evaluation: `obs [B, ...] -> action`, the
-        same shapes, dtypes, bounds and legality as `ActFn`'s actions."""
+        same shapes, dtypes, bounds and legality as `ActFn`'s actions. A recurrent agent's
+        takes and returns its core state as its `act` does: `(params, obs, core, start) ->
+        (action, core)`."""
 
 
 class Agent(NamedTuple):
     """An algorithm as a tuple of pure functions (optax style); see the Protocols above for
-    each one's shapes. `greedy_act` is None for an algorithm with no greedy policy."""
+    each one's shapes. `greedy_act` is None for an algorithm with no greedy policy.
+
+    A recurrent agent sets `initial_core(batch_size) -> CoreState`, the state every episode
+    starts from; its `act` is then a `RecurrentActFn`, and the runners carry the core state
+    of every environment from step to step and record `Trajectory.start` and `.core` so
+    that `update` can unroll the same states. Runners go through `step` and
+    `initial_acting_state`, which serve both kinds."""
 
     init: InitFn
-    act: ActFn
+    act: ActFn | RecurrentActFn
     update: UpdateFn
     greedy_act: GreedyActFn | None = None
+    initial_core: Callable[[int], CoreState] | None = None
+
+    @property
+    def recurrent(self) -> bool:
+        return self.initial_core is not None
+
+    def initial_acting_state(self, batch_size: int) -> tuple[CoreState, Array | None]:
+        """`(core, start)` before a batch's first step: the initial core state and every
+        `start` True for a recurrent agent; `(None, None)` for a feed-forward one."""
+        if not self.recurrent:
+            return None, None
+        return self.initial_core(batch_size), jnp.ones((batch_size,), bool)
+
+    def step(self, params: Params, obs: Observation, key: PRNGKey, core: CoreState,
+             start: Array | None) -> tuple[Array, dict[str, Array], CoreState]:
+        """`(action, extras, core)` of one acting step for either kind of agent (a
+        feed-forward agent's core stays None)."""
+        if not self.recurrent:
+            action, extras = self.act(params, obs, key)
+            return action, extras, None
+        return self.act(params, obs, key, core, start)
+
+    def greedy_step(self, params: Params, obs: Observation, core: CoreState,
+                    start: Array | None) -> tuple[Array, CoreState]:
+        """`(action, core)` of `greedy_act` for either kind of agent."""
+        if not self.recurrent:
+            return self.greedy_act(params, obs), None
+        return self.greedy_act(params, obs, core, start)
 
 
 class BatchShape(NamedTuple):

@@ -25,7 +25,7 @@ from podracer.agents.muzero import without_search
 from podracer.config import Config
 from podracer.envs.host import make_host_env
 from podracer.runner import Hooks
-from sebulba.actor import Actor, make_policy_step
+from sebulba.actor import Actor, initial_acting_state, make_policy_step
 from sebulba.runner import (
     Setup,
     actor_seed,
@@ -124,7 +124,7 @@ def _sleep(group: ThreadGroup, seconds: float) -> None:
 
 def limit_sps(config: Config, s: Setup, params: Any, seconds: float) -> tuple[float, float]:
     """Environment steps plus policy inference only, same threads and environments."""
-    policy_step = make_policy_step(s.agent.act)
+    policy_step = make_policy_step(s.agent)
     counts = np.zeros(s.layout.num_actor_threads, np.int64)
     group = ThreadGroup()
     for k in range(s.layout.num_actor_threads):
@@ -139,12 +139,15 @@ def _step_only(config: Config, s: Setup, params: Any, device: Any, policy_step: 
     seed = actor_seed(config.seed, k)
     env = make_host_env(config.env, s.layout.envs_per_thread, seed, config.arch.env_threads)
     try:
-        obs = env.reset()
         key = jax.device_put(jax.random.key(seed), device)
+        obs, key, core, start = initial_acting_state(s.agent, env.reset(), key, device)
         while not stop.is_set():
-            action, _, key = policy_step(params, obs, key)
+            action, _, core, key = policy_step(params, obs, key, core, start)
             env.send(jax.device_get(action))
-            obs = env.recv().timestep.obs
+            ts = env.recv().timestep
+            obs = ts.obs
+            if start is not None:
+                start = ts.terminated | ts.truncated
             counts[k] += env.num_envs
     finally:
         env.close()

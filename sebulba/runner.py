@@ -133,7 +133,7 @@ def actor_seed(seed: int, thread: int, first_update: int = 0) -> int:
 def make_actors(config: Config, s: Setup, sources: dict[Any, ParamSource], num_rollouts: int | None,
                 max_policy_lag: int, first_update: int = 0) -> list[Actor]:
     arch: SebulbaConfig = config.arch
-    policy_step = make_policy_step(s.agent.act)
+    policy_step = make_policy_step(s.agent)
     sharding = trajectory_sharding(s.mesh)
     first_thread = jax.process_index() * s.layout.num_actor_threads
     return [
@@ -141,7 +141,7 @@ def make_actors(config: Config, s: Setup, sources: dict[Any, ParamSource], num_r
             index=k, env_config=config.env, num_envs=s.layout.envs_per_thread,
             seed=actor_seed(config.seed, first_thread + k, first_update), env_threads=arch.env_threads,
             rollout_length=arch.rollout_length, max_policy_lag=max_policy_lag,
-            policy_step=policy_step, params=sources[s.layout.actor_device_of(k)],
+            policy_step=policy_step, params=sources[s.layout.actor_device_of(k)], agent=s.agent,
             out=queue.Queue(arch.queue_size), sharding=sharding, num_rollouts=num_rollouts,
             first_version=first_update,
         )

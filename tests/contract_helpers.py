@@ -65,8 +65,8 @@ def probe_trajectory(env_id: str, agent: Any, params: Any, T: int, B: int, seed:
     @jax.jit
     def run(params, key):
         reset_key, key = jax.random.split(key)
-        envs = reset_envs(env, None, reset_key, B)
-        return rollout(env, None, agent.act, params, envs, key, T)[1]
+        envs = reset_envs(env, None, reset_key, B, agent)
+        return rollout(env, None, agent, params, envs, key, T)[1]
 
     return run(params, jax.random.key(seed))
 
@@ -124,7 +124,7 @@ def anakin_vs_sebulba(algorithm: Algorithm, env_id: str, max_updates: int = 40, 
     keys = [jax.device_put(state.key[0, d], one) for d in range(2)]
     envs = [jax.device_put(jax.tree.map(lambda x: x[0, d * envs_per_device:(d + 1) * envs_per_device], state.envs),
                            one) for d in range(2)]
-    roll = jax.jit(lambda params, envs, key: rollout(a.env, a.env_params, a.agent.act, params, envs, key, T)[:2])
+    roll = jax.jit(lambda params, envs, key: rollout(a.env, a.env_params, a.agent, params, envs, key, T)[:2])
     update_step = make_update_step(s.agent, s.mesh)
     updates = 0
     while updates < max_updates:

@@ -38,7 +38,7 @@ def test_config_errors_name_the_field():
 def test_registered():
     assert algorithms()["dqn"].config is DQNConfig and algorithm_for(DQNConfig()).name == "dqn"
     agent = make_agent(DQNConfig(), OBS_SPEC, ACTION_SPEC, num_updates=1, axis_name=None)
-    assert set(agent._fields) == {"init", "act", "update", "greedy_act"}
+    assert set(agent._fields) == {"init", "act", "update", "greedy_act", "initial_core"}
     assert isinstance(DQN_PRESETS["dqn-cartpole-anakin"]().agent, DQNConfig)
     # The greedy policy (evaluation) is the argmax of the online Q-network.
     state = agent.init(jax.random.key(0))
@@ -157,7 +157,7 @@ def test_anakin_program_equals_calling_update_directly():
     envs = jax.tree.map(lambda x: x[0], before.envs)
     _, rollout_key, update_key = iteration_keys(before.key[0, 0])
     # One compiled program, not one per operation (each costs a compile on CPU).
-    traj = jax.jit(lambda params, envs, key: rollout(env, env_params, direct.act, params, envs, key, 8)[1])(
+    traj = jax.jit(lambda params, envs, key: rollout(env, env_params, direct, params, envs, key, 8)[1])(
         agent_state.params, envs, rollout_key)
     expected, _ = jax.jit(direct.update)(agent_state, traj, update_key)
 

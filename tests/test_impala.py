@@ -52,7 +52,7 @@ def test_registered():
     assert algorithms()["impala"].config is ImpalaConfig
     assert algorithm_for(ImpalaConfig()).name == "impala"
     agent = make_agent(ImpalaConfig(), OBS_SPEC, ACTION_SPEC, num_updates=1, axis_name=None)
-    assert set(agent._fields) == {"init", "act", "update", "greedy_act"}
+    assert set(agent._fields) == {"init", "act", "update", "greedy_act", "initial_core"}
     assert set(IMPALA_PRESETS) >= {"impala-cartpole-anakin"}
     assert isinstance(impala_cartpole_anakin().agent, ImpalaConfig)
 

@@ -16,7 +16,7 @@ import sebulba.actor
 from podracer import parallel
 from podracer.config import EnvConfig
 from podracer.envs.host import HostStep
-from podracer.types import DiscreteSpec, ObsSpec, TimeStep
+from podracer.types import Agent, DiscreteSpec, ObsSpec, TimeStep
 from sebulba.actor import Actor, make_policy_step
 from sebulba.learner import trajectory_sharding
 from sebulba.params import ParamSource
@@ -109,9 +109,10 @@ def test_actor_assembles_trajectories_step_by_step(monkeypatch):
     source.publish(jnp.float32(VERSION), VERSION)
     mesh = parallel.make_mesh(jax.devices()[1:3], "learner")
     out: queue.Queue = queue.Queue(ROLLOUTS)
+    agent = Agent(init=None, act=act, update=None)
     actor = Actor(index=0, env_config=EnvConfig("CartPole-v1"), num_envs=4, seed=0, env_threads=1,
-                  rollout_length=T, max_policy_lag=0, policy_step=make_policy_step(act), params=source, out=out,
-                  sharding=trajectory_sharding(mesh), num_rollouts=ROLLOUTS)
+                  rollout_length=T, max_policy_lag=0, policy_step=make_policy_step(agent), params=source,
+                  agent=agent, out=out, sharding=trajectory_sharding(mesh), num_rollouts=ROLLOUTS)
     actor.run(threading.Event())
     assert env.closed and out.qsize() == ROLLOUTS
 
@@ -138,3 +139,42 @@ def test_actor_assembles_trajectories_step_by_step(monkeypatch):
                 ended += 1
         np.testing.assert_array_equal(item.episodes, [ended_return, ended_length, ended])
         assert set(item.timings) == {"env_wait_s", "inference_s", "param_wait_s", "queue_wait_s"}
+
+
+INITIAL_COUNT = 99  # the counting agent's initial core state: any step that reads it was not reset
+
+
+def counting_act(params, obs, key, core, start):
+    """A recurrent policy whose core state counts the observations read in this episode:
+    reset (to 0) where `start`, then incremented. Its value is the count."""
+    core = jnp.where(start, 0, core) + 1
+    return (core % 3).astype(jnp.int32), {"value": core.astype(jnp.float32), "log_prob": obs[:, 0]}, core
+
+
+def test_actor_resets_a_recurrent_core_at_every_episode_start(monkeypatch):
+    """The Sebulba actor with a recurrent agent on the numbered environment: at every step the
+    core state read the observations of the current episode only (reset exactly at each
+    episode's first observation, after truncations and terminations alike, never a step
+    early or late), across rollout boundaries; `start` marks those first observations, and
+    each trajectory carries the core state it began from (the initial one for the first)."""
+    env = NumberedEnv()
+    source = ParamSource(jax.devices()[0])
+    source.publish(jnp.float32(VERSION), VERSION)
+    mesh = parallel.make_mesh(jax.devices()[1:3], "learner")
+    out: queue.Queue = queue.Queue(ROLLOUTS)
+    agent = Agent(init=None, act=counting_act, update=None,
+                  initial_core=lambda batch: jnp.full((batch,), INITIAL_COUNT, jnp.int32))
+    actor = Actor(index=0, env_config=EnvConfig("CartPole-v1"), num_envs=4, seed=0, env_threads=1,
+                  rollout_length=T, max_policy_lag=0, policy_step=make_policy_step(agent), params=source,
+                  agent=agent, out=out, sharding=trajectory_sharding(mesh), num_rollouts=ROLLOUTS)
+    monkeypatch.setattr(sebulba.actor, "make_host_env", lambda *args, **kwargs: env)
+    actor.run(threading.Event())
+    length = np.array(LENGTHS)
+    for r in range(ROLLOUTS):
+        traj = jax.device_get(out.get_nowait().trajectory)
+        steps = r * T + np.arange(T)[:, None]  # global step n, [T, 1]
+        k = steps % length  # observations of this episode before step n
+        np.testing.assert_array_equal(traj.extras["value"], k + 1, err_msg=f"rollout {r}")
+        np.testing.assert_array_equal(traj.start, k == 0, err_msg=f"rollout {r}")
+        before = np.full(4, INITIAL_COUNT) if r == 0 else (r * T - 1) % length + 1
+        np.testing.assert_array_equal(traj.core, before[None], err_msg=f"rollout {r}")

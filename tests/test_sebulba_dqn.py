@@ -75,7 +75,7 @@ def test_learner_update_matches_anakin():
     for d in range(2):  # Anakin's first iteration on device d, on its half of the envs
         _, rollout_key, update_key = iteration_keys(state.key[0, d])
         envs = jax.tree.map(lambda x: x[0, 2 * d: 2 * d + 2], state.envs)
-        trajectories.append(rollout(a.env, a.env_params, a.agent.act, agent_state.params, envs, rollout_key, 8)[1])
+        trajectories.append(rollout(a.env, a.env_params, a.agent, agent_state.params, envs, rollout_key, 8)[1])
         update_keys.append(update_key)
     trajectory = jax.tree.map(lambda *xs: np.concatenate(xs, axis=1), *trajectories)
 

@@ -13,7 +13,7 @@ from podracer.agents import ImpalaConfig, PPOConfig, common, make_agent
 from podracer.config import Config, EnvConfig
 from podracer.envs import make_jax_env
 from podracer.ops import categorical_log_prob
-from podracer.types import DiscreteSpec, ObsSpec, Trajectory
+from podracer.types import Agent, DiscreteSpec, ObsSpec, Trajectory
 from tests.helpers import gae_episode_by_episode, vtrace_episode_by_episode
 
 pytestmark = pytest.mark.timeout(120)
@@ -131,7 +131,8 @@ def test_anakin_rollout_records_the_final_observation_at_a_time_limit():
     `obs` of the next step the fresh start (0.0)."""
     env = make_jax_env("ProbeTimeLimit")
     act = lambda params, obs, key: (jnp.zeros(obs.shape[0], jnp.int32), {})  # noqa: E731
-    run = jax.jit(lambda key: rollout(env, None, act, None, reset_envs(env, None, key, 2), key, 10)[1:])
+    agent = Agent(init=None, act=act, update=None)
+    run = jax.jit(lambda key: rollout(env, None, agent, None, reset_envs(env, None, key, 2), key, 10)[1:])
     traj, stats = run(jax.random.key(0))
     quarter = np.array([0.0, 0.25, 0.5, 0.75, 0.0, 0.25, 0.5, 0.75, 0.0, 0.25], np.float32)
     successor = np.array([0.25, 0.5, 0.75, 1.0, 0.25, 0.5, 0.75, 1.0, 0.25, 0.5], np.float32)

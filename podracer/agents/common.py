@@ -86,12 +86,13 @@ def init_params(network: nn.Module, key: PRNGKey, obs_spec: ObservationSpec) -> 
     return network.init(key, zeros_like_spec(network_obs_spec(obs_spec), (1,)))
 
 
-def make_init(network: nn.Module, optimizer: optax.GradientTransformation, obs_spec: ObservationSpec):
-    """`init(key) -> AgentState` for an agent whose state is its parameters and optimizer."""
+def make_init(init_params: Callable[[PRNGKey], Params], optimizer: optax.GradientTransformation):
+    """`init(key) -> AgentState` for an agent whose state is its parameters (`init_params(key)`)
+    and optimizer."""
     from podracer.types import AgentState
 
     def init(key: PRNGKey) -> AgentState:
-        params = init_params(network, key, obs_spec)
+        params = init_params(key)
         return AgentState(params, optimizer.init(params), jnp.zeros((), jnp.int32))
 
     return init

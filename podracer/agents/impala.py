@@ -18,6 +18,8 @@ import optax
 
 from podracer import parallel
 from podracer.agents import common
+from podracer.agents.actor_critic import CORE_KINDS, make_actor_critic_model
+from podracer.agents.common import CATEGORICAL
 from podracer.agents.registry import Algorithm
 from podracer.agents.replay_mixing import check_replay, with_replay
 from podracer.config import check
@@ -51,6 +53,10 @@ class ImpalaConfig:
     unroll_sgd: bool = False  # unroll epochs and minibatches (faster CNN updates on CPU)
     replay_fraction: float = 0.0  # share of each update's sequences replayed from the device's buffer (0: none)
     replay_capacity: int = 100_000  # steps held by each learner device's sequence buffer (with replay)
+    # A recurrent core between the torso and the heads ("lstm": the paper's agent, or "gru"),
+    # reset at every episode start; or "none" (feed-forward).
+    core: Literal["none", "lstm", "gru"] = "none"
+    core_size: int = 256  # units of the recurrent core (the paper's LSTM: 256)
 
     def __post_init__(self) -> None:
         check(self.learning_rate > 0, "agent.learning_rate", "must be > 0", self.learning_rate)
@@ -76,6 +82,10 @@ class ImpalaConfig:
               self.activation)
         check(0 <= self.replay_fraction < 1, "agent.replay_fraction", "must be in [0, 1)", self.replay_fraction)
         check(self.replay_capacity >= 1, "agent.replay_capacity", "must be >= 1", self.replay_capacity)
+        check(self.core in CORE_KINDS, "agent.core", f"must be one of {CORE_KINDS}", self.core)
+        check(self.core_size >= 1, "agent.core_size", "must be >= 1", self.core_size)
+        check(self.core == "none" or self.replay_fraction == 0, "agent.replay_fraction",
+              "must be 0 with a recurrent core (replayed sequences do not keep core states)", self.replay_fraction)
 
     def check_batch(self, batch: BatchShape) -> None:
         """Raise ConfigError unless one device's `B` environments split into
@@ -121,19 +131,17 @@ def make_impala(
     axis_name:   mesh axis (or axes) to average gradients and statistics over; None on one
                  device.
     """
-    network = common.make_actor_critic(
-        config.torso, config.hidden_sizes, config.activation, config.shared_torso,
-        obs_spec, action_spec,
+    model = make_actor_critic_model(
+        config.torso, config.hidden_sizes, config.activation, config.shared_torso, obs_spec, action_spec,
+        CATEGORICAL, core=config.core, core_size=config.core_size,
     )
     optimizer = make_optimizer(config, num_updates * config.num_epochs * config.num_minibatches)
 
-    init = common.make_init(network, optimizer, obs_spec)
+    init = common.make_init(model.init, optimizer)
 
     def loss_fn(params, traj: Trajectory):
         """The IMPALA loss over a `[T, B]` minibatch of whole sequences."""
-        T = traj.reward.shape[0]
-        logits, values = common.apply_time_major(network, params, common.concat_time(traj.obs, traj.next_obs))
-        logits, value, next_value = logits[:T], values[:T], values[T:]
+        logits, value, next_value = model.outputs(params, traj)
         log_prob = categorical_log_prob(logits, traj.action)
         vtrace = common.vtrace_on_trajectory(
             traj, value, next_value, log_prob, config.gamma, config.vtrace_lambda,
@@ -166,8 +174,8 @@ def make_impala(
         metrics = parallel.pmean(metrics, axis_name)
         return AgentState(params, opt_state, state.update_count + 1), metrics
 
-    agent = Agent(init=init, act=common.make_sampling_act(network), update=update,
-                  greedy_act=common.make_greedy_act(network))
+    agent = Agent(init=init, act=model.act, update=update, greedy_act=model.greedy_act,
+                  initial_core=model.initial_core)
     return with_replay(agent, config.replay_fraction, config.replay_capacity, obs_spec, axis_name)
 
 

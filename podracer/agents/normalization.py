@@ -87,11 +87,12 @@ def with_normalization(
         inputs = rs.normalize(params.obs_stats, inputs, obs_clip)
         return inputs if legal is None else MaskedObs(inputs, legal)
 
-    def act(params: NormalizedParams, obs: Array, key: PRNGKey):
-        return agent.act(params.network, observe(params, obs), key)
+    # `*core`: a recurrent agent's core state and start flags, passed through.
+    def act(params: NormalizedParams, obs: Array, key: PRNGKey, *core):
+        return agent.act(params.network, observe(params, obs), key, *core)
 
-    def greedy_act(params: NormalizedParams, obs: Array) -> Array:
-        return agent.greedy_act(params.network, observe(params, obs))
+    def greedy_act(params: NormalizedParams, obs: Array, *core):
+        return agent.greedy_act(params.network, observe(params, obs), *core)
 
     def update(state: AgentState, traj: Trajectory, key: PRNGKey):
         params: NormalizedParams = state.params
@@ -110,5 +111,5 @@ def with_normalization(
             obs_stats = rs.update(obs_stats, split_mask(raw_obs)[0], axis_name)
         return inner.replace(params=NormalizedParams(inner.params, obs_stats, return_stats)), metrics
 
-    return Agent(init=init, act=act, update=update,
-                 greedy_act=None if agent.greedy_act is None else greedy_act)
+    return agent._replace(init=init, act=act, update=update,
+                          greedy_act=None if agent.greedy_act is None else greedy_act)

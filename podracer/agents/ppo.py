@@ -21,6 +21,7 @@ import optax
 
 from podracer import parallel
 from podracer.agents import common
+from podracer.agents.actor_critic import CORE_KINDS, ActorCriticModel, make_actor_critic_model
 from podracer.agents.normalization import with_normalization
 from podracer.agents.policies import Policy, policy_for
 from podracer.agents.registry import Algorithm
@@ -78,6 +79,10 @@ class PPOConfig:
     reward_clip: float = 10.0  # scaled rewards are clipped to +-reward_clip
     replay_fraction: float = 0.0  # share of each update's sequences replayed from the device's buffer (vtrace only)
     replay_capacity: int = 100_000  # steps held by each learner device's sequence buffer (with replay)
+    # A recurrent core between the torso and the heads ("lstm" or "gru", reset at every
+    # episode start; minibatches then hold whole sequences), or "none" (feed-forward).
+    core: Literal["none", "lstm", "gru"] = "none"
+    core_size: int = 128  # units of the recurrent core
 
     def __post_init__(self) -> None:
         check(self.learning_rate > 0, "agent.learning_rate", "must be > 0", self.learning_rate)
@@ -106,12 +111,21 @@ class PPOConfig:
         check(self.replay_fraction == 0 or self.advantage == "vtrace", "agent.replay_fraction",
               "needs agent.advantage vtrace (replayed data is off-policy)", self.replay_fraction)
         check(self.replay_capacity >= 1, "agent.replay_capacity", "must be >= 1", self.replay_capacity)
+        check(self.core in CORE_KINDS, "agent.core", f"must be one of {CORE_KINDS}", self.core)
+        check(self.core_size >= 1, "agent.core_size", "must be >= 1", self.core_size)
+        check(self.core == "none" or self.replay_fraction == 0, "agent.replay_fraction",
+              "must be 0 with a recurrent core (replayed sequences do not keep core states)", self.replay_fraction)
         check(self.obs_clip > 0, "agent.obs_clip", "must be > 0", self.obs_clip)
         check(self.reward_clip > 0, "agent.reward_clip", "must be > 0", self.reward_clip)
 
     def check_batch(self, batch: BatchShape) -> None:
         """Raise ConfigError unless one device's batch of `T * B` transitions splits into
-        `num_minibatches` minibatches."""
+        `num_minibatches` minibatches (with a recurrent core: its `B` whole sequences)."""
+        if self.core != "none":
+            check(batch.envs_per_device % self.num_minibatches == 0, "agent.num_minibatches",
+                  f"must divide the {batch.envs_per_device} environments of each device (a recurrent core "
+                  "learns on whole sequences)", self.num_minibatches)
+            return
         transitions = batch.transitions
         if self.replay_fraction > 0:
             transitions += batch.rollout_length * check_replay(self.replay_fraction, self.replay_capacity, batch)
@@ -135,9 +149,9 @@ def make_ppo(
                  device.
     """
     policy = policy_for(action_spec)
-    network = common.make_actor_critic(
-        config.torso, config.hidden_sizes, config.activation, config.shared_torso,
-        obs_spec, action_spec, config.log_std_init,
+    model = make_actor_critic_model(
+        config.torso, config.hidden_sizes, config.activation, config.shared_torso, obs_spec, action_spec, policy,
+        core=config.core, core_size=config.core_size, log_std_init=config.log_std_init,
     )
     steps_per_update = config.num_epochs * config.num_minibatches
     lr = common.learning_rate(config.learning_rate, config.anneal_lr, num_updates * steps_per_update)
@@ -146,11 +160,11 @@ def make_ppo(
         optax.adam(lr, eps=config.adam_eps),
     )
 
-    init = common.make_init(network, optimizer, obs_spec)
+    init = common.make_init(model.init, optimizer)
 
     def loss_fn(params, minibatch):
-        obs, action, behaviour_log_prob, old_value, advantage, target = minibatch
-        out, value = common.policy_and_value(network, params, obs)
+        inputs, action, behaviour_log_prob, old_value, advantage, target = minibatch
+        out, value = model.forward(params, inputs)
         log_ratio = policy.log_prob(out, action) - behaviour_log_prob
         if config.normalize_advantages:
             advantage = _normalize(advantage, axis_name)
@@ -172,27 +186,33 @@ def make_ppo(
     grad_fn = parallel.value_and_mean_grad(loss_fn, axis_name, has_aux=True)
 
     sgd_epochs = common.make_sgd_epochs(
-        grad_fn, optimizer, common.shuffled_minibatches, config.num_epochs, config.num_minibatches,
+        grad_fn, optimizer, model.minibatches, config.num_epochs, config.num_minibatches,
         unroll=config.unroll_sgd,
     )
 
     def update(state: AgentState, traj: Trajectory, key: PRNGKey):
         if config.advantage == "vtrace":
-            traj, advantage, target = vtrace_advantages_and_targets(network, policy, config, state.params, traj)
+            traj, advantage, target = vtrace_advantages_and_targets(model, policy, config, state.params, traj)
             extra_metrics = {}
         else:
-            traj, advantage, target, recomputed = gae_advantages_and_targets(network, config, state.params, traj)
+            if model.network is not None:
+                traj, advantage, target, recomputed = gae_advantages_and_targets(
+                    model.network, config, state.params, traj)
+            else:  # a recurrent model unrolls from the trajectory's core state, always recomputing
+                _, value, next_value = model.outputs(state.params, traj)
+                traj, advantage, target = gae_from_values(config, traj, value, next_value)
+                recomputed = jnp.ones((), bool)
             extra_metrics = {"values_recomputed": recomputed.astype(jnp.float32)}
         action = policy.policy_action(traj.action, traj.extras)
-        batch = common.flatten_time_batch(
-            (traj.obs, action, traj.extras["log_prob"], traj.extras["value"], advantage, target)
+        batch = model.prepare(
+            (model.inputs(traj), action, traj.extras["log_prob"], traj.extras["value"], advantage, target)
         )
         params, opt_state, metrics = sgd_epochs(state.params, state.opt_state, batch, key)
         metrics = parallel.pmean({**metrics, **extra_metrics}, axis_name)
         return AgentState(params, opt_state, state.update_count + 1), metrics
 
-    agent = Agent(init=init, act=common.make_sampling_act(network, policy), update=update,
-                  greedy_act=common.make_greedy_act(network, policy))
+    agent = Agent(init=init, act=model.act, update=update, greedy_act=model.greedy_act,
+                  initial_core=model.initial_core)
     agent = with_normalization(
         agent, obs_spec, normalize_observations=config.normalize_observations, obs_clip=config.obs_clip,
         scale_rewards=config.scale_rewards, reward_clip=config.reward_clip, gamma=config.gamma,
@@ -207,11 +227,17 @@ def gae_advantages_and_targets(network, config: PPOConfig, params, traj: Traject
     holds the `V(obs)` used (the loss clips its value around them), `recomputed` says whether
     the behaviour's had to be replaced (see `gae_values`)."""
     value, next_value, recomputed = gae_values(network, params, traj)
+    return (*gae_from_values(config, traj, value, next_value), recomputed)
+
+
+def gae_from_values(config: PPOConfig, traj: Trajectory, value: jax.Array, next_value: jax.Array):
+    """`(traj, advantage [T, B], target [T, B])`: GAE over `V(obs)` and `V(next_obs)`, each
+    `[T, B]`; `traj.extras["value"]` becomes `value`."""
     discount = config.gamma * (1.0 - traj.terminated.astype(jnp.float32))
     end = traj.terminated | traj.truncated
     gae = jax.vmap(gae_advantages, in_axes=(1, 1, 1, 1, None, 1), out_axes=1)
     advantage, target = gae(traj.reward, discount, value, next_value, config.gae_lambda, end)
-    return traj._replace(extras={**traj.extras, "value": value}), advantage, target, recomputed
+    return traj._replace(extras={**traj.extras, "value": value}), advantage, target
 
 
 def gae_values(network, params, traj: Trajectory) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -254,7 +280,8 @@ def gae_values(network, params, traj: Trajectory) -> tuple[jax.Array, jax.Array,
     return value, next_value, stale
 
 
-def vtrace_advantages_and_targets(network, policy: Policy, config: PPOConfig, params, traj: Trajectory):
+def vtrace_advantages_and_targets(model: ActorCriticModel, policy: Policy, config: PPOConfig, params,
+                                  traj: Trajectory):
     """PPO for lagging actors: V-trace corrects from the behaviour policy `mu` to the policy
     `pi_k` at the start of this update, and the clipped surrogate keeps `pi` near `pi_k`.
 
@@ -265,16 +292,14 @@ def vtrace_advantages_and_targets(network, policy: Policy, config: PPOConfig, pa
     the whole estimator is importance-weighted from `mu` to `pi`. With no lag (`pi_k = mu`,
     as under Anakin) it is PPO with V-trace(lambda) = TD(lambda) returns.
     """
-    T = traj.reward.shape[0]
-    out, values = common.apply_time_major(network, params, common.concat_time(traj.obs, traj.next_obs))
-    out = jax.tree.map(lambda x: x[:T], out)
+    out, value, next_value = model.outputs(params, traj)
     log_prob = policy.log_prob(out, policy.policy_action(traj.action, traj.extras))
     vtrace = common.vtrace_on_trajectory(
-        traj, values[:T], values[T:], log_prob, config.gamma, config.vtrace_lambda,
+        traj, value, next_value, log_prob, config.gamma, config.vtrace_lambda,
         config.clip_rho_threshold, config.clip_pg_rho_threshold,
     )
-    traj = traj._replace(extras={**traj.extras, "log_prob": log_prob, "value": values[:T]})
-    return traj, vtrace.pg_advantage, vtrace.errors + values[:T]
+    traj = traj._replace(extras={**traj.extras, "log_prob": log_prob, "value": value})
+    return traj, vtrace.pg_advantage, vtrace.errors + value
 
 
 def _normalize(x: jax.Array, axis_name: parallel.AxisName) -> jax.Array:

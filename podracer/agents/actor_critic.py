@@ -1,0 +1,201 @@
+"""The actor-critic network of PPO and IMPALA, feed-forward or recurrent, behind one interface
+(`ActorCriticModel`), so that each algorithm is written once for both.
+
+A recurrent model is `torso -> ResetCore (LSTM or GRU) -> policy and value heads`; the core
+state is reset to its initial value (zeros) wherever an episode starts, by the rule of
+`podracer.networks_recurrent`, in acting (`act`, one step with the `start` flags the runner
+carries) and in learning (`outputs` and `forward` unroll from `Trajectory.core` with
+`Trajectory.start`, the flags acting used), so both see the same states.
+
+Shapes: `outputs(params, traj)` gives `(out, value, next_value)` over a `[T, B]` trajectory
+under `params`; `value` is `V(obs)`, `next_value` is `V(next_obs)` (a truncated step's final
+observation is read with the state of the episode it ends, not reset). `prepare(tree)` turns
+`[T, B, ...]` learner data into what `minibatches` splits: flat transitions `[T * B, ...]`
+(feed-forward) or whole sequences `[T, B, ...]` (recurrent); `forward(params, inputs)` then
+gives `(out, value)` shaped like a minibatch's leading axes (`[N]` or `[T, b]`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from podracer import networks
+from podracer.agents import common
+from podracer.agents.policies import Policy
+from podracer.networks_recurrent import CORES, CoreState, ResetCore
+from podracer.ops import masked_logits
+from podracer.types import (
+    ActionSpec,
+    Array,
+    BoxSpec,
+    Observation,
+    ObservationSpec,
+    Params,
+    PRNGKey,
+    Trajectory,
+    network_obs_spec,
+    split_mask,
+    zeros_like_spec,
+)
+
+CORE_KINDS = ("none",) + CORES
+
+
+class ActorCriticModel(NamedTuple):
+    """What PPO and IMPALA need of their network (see the module doc for shapes)."""
+
+    init: Callable[[PRNGKey], Params]
+    act: Callable[..., Any]  # an `ActFn`, or a `RecurrentActFn` when `initial_core` is set
+    greedy_act: Callable[..., Any]
+    initial_core: Callable[[int], CoreState] | None
+    outputs: Callable[[Params, Trajectory], tuple[Any, Array, Array]]
+    inputs: Callable[[Trajectory], Any]  # the part of a trajectory `forward` reads
+    prepare: Callable[[Any], Any]  # `[T, B, ...]` data -> what `minibatches` splits
+    minibatches: common.Minibatcher
+    forward: Callable[[Params, Any], tuple[Any, Array]]
+    network: nn.Module | None = None  # the feed-forward network (None when recurrent)
+
+
+def make_actor_critic_model(
+    torso: str,
+    hidden_sizes: tuple[int, ...],
+    activation: str,
+    shared_torso: bool,
+    obs_spec: ObservationSpec,
+    action_spec: ActionSpec,
+    policy: Policy,
+    *,
+    core: str = "none",
+    core_size: int = 128,
+    log_std_init: float = 0.0,
+) -> ActorCriticModel:
+    """The model a config asks for: `core` "none" (feed-forward, `common.make_actor_critic`)
+    or "lstm" / "gru" (`RecurrentActorCritic` of `core_size` units)."""
+    if core == "none":
+        return _feed_forward(common.make_actor_critic(
+            torso, hidden_sizes, activation, shared_torso, obs_spec, action_spec, log_std_init), obs_spec, policy)
+    if core not in CORES:
+        raise ValueError(f"unknown core {core!r}; choose one of {CORE_KINDS}")
+    heads = _heads(hidden_sizes[-1], activation, shared_torso, action_spec, log_std_init)
+    net = RecurrentActorCritic(common.make_torso(torso, hidden_sizes, activation, obs_spec),
+                               ResetCore(core, core_size), heads)
+    return _recurrent(net, obs_spec, policy)
+
+
+def _heads(size: int, activation: str, shared: bool, action_spec: ActionSpec, log_std_init: float) -> nn.Module:
+    """Policy and value heads over the core's output: one hidden layer each (or shared)."""
+    def body():
+        return networks.MLP((size,), activation)
+
+    critic = None if shared else body()
+    if isinstance(action_spec, BoxSpec):
+        return networks.GaussianActorCritic(tuple(action_spec.shape), body(), critic, log_std_init)
+    return networks.ActorCritic(action_spec.num_actions, body(), critic)
+
+
+def _feed_forward(network: nn.Module, obs_spec: ObservationSpec, policy: Policy) -> ActorCriticModel:
+    def outputs(params: Params, traj: Trajectory):
+        T = traj.reward.shape[0]
+        out, values = common.apply_time_major(network, params, common.concat_time(traj.obs, traj.next_obs))
+        return jax.tree.map(lambda x: x[:T], out), values[:T], values[T:]
+
+    return ActorCriticModel(
+        init=lambda key: common.init_params(network, key, obs_spec),
+        act=common.make_sampling_act(network, policy),
+        greedy_act=common.make_greedy_act(network, policy),
+        initial_core=None,
+        outputs=outputs,
+        inputs=lambda traj: traj.obs,
+        prepare=common.flatten_time_batch,
+        minibatches=common.shuffled_minibatches,
+        forward=lambda params, obs: common.policy_and_value(network, params, obs),
+        network=network,
+    )
+
+
+class RecurrentActorCritic(NamedTuple):
+    """`torso -> core -> heads`, three flax modules with parameters `{"torso", "core",
+    "heads"}`: the torso and heads run over every step at once, the core steps through time."""
+
+    torso: nn.Module  # obs [N, ...] -> [N, H]
+    core: ResetCore
+    heads: nn.Module  # [N, core.size] -> (out, value [N])
+
+    def init(self, key: PRNGKey, obs_spec: ObservationSpec) -> Params:
+        torso_key, core_key, heads_key = jax.random.split(key, 3)
+        obs = zeros_like_spec(network_obs_spec(obs_spec), (1,))
+        torso = self.torso.init(torso_key, obs)
+        embedding = self.torso.apply(torso, obs)
+        core = self.core.init(core_key, self.core.initial_state(1), embedding, jnp.zeros((1,), bool))
+        heads = self.heads.init(heads_key, jnp.zeros((1, self.core.size), jnp.float32))
+        return {"torso": torso, "core": core, "heads": heads}
+
+    def step(self, params: Params, state: CoreState, obs: Observation, start: Array):
+        """One step of a batch: `(state, obs [B, ...], start [B]) -> (state, (out, value [B]))`."""
+        inputs, legal = split_mask(obs)
+        state, y = self.core.apply(params["core"], state, self.torso.apply(params["torso"], inputs), start)
+        return state, self._heads(params, y, legal)
+
+    def unroll(self, params: Params, state: CoreState, obs: Observation, start: Array):
+        """Through a sequence: `(state before step 0, obs [T, B, ...], start [T, B]) ->
+        (states [T, B, ...] after each step, (out, value) [T, B])`."""
+        inputs, legal = split_mask(obs)
+        T, B = start.shape
+        embedding = self.torso.apply(params["torso"], common.flatten_time_batch(inputs))
+        embedding = embedding.reshape((T, B) + embedding.shape[1:])
+
+        def step(state, xs):
+            state, y = self.core.apply(params["core"], state, *xs)
+            return state, (state, y)
+
+        _, (states, y) = jax.lax.scan(step, state, (embedding, start))
+        out, value = self._heads(params, y.reshape((T * B, -1)), None)
+        out = jax.tree.map(lambda x: x.reshape((T, B) + x.shape[1:]), out)
+        if legal is not None:
+            out = masked_logits(out, legal)
+        return states, (out, value.reshape((T, B)))
+
+    def _heads(self, params: Params, y: Array, legal: Array | None):
+        out, value = self.heads.apply(params["heads"], y)
+        return (out if legal is None else masked_logits(out, legal)), value
+
+
+def _recurrent(net: RecurrentActorCritic, obs_spec: ObservationSpec, policy: Policy) -> ActorCriticModel:
+    def act(params: Params, obs: Observation, key: PRNGKey, core: CoreState, start: Array):
+        core, (out, value) = net.step(params, core, obs, start)
+        action, extras = policy.sample(key, out)
+        return action, {**extras, "value": value}, core
+
+    def greedy_act(params: Params, obs: Observation, core: CoreState, start: Array):
+        core, (out, _) = net.step(params, core, obs, start)
+        return policy.mode(out), core
+
+    def forward(params: Params, inputs: tuple[Observation, Array, CoreState]):
+        obs, start, core = inputs
+        return net.unroll(params, jax.tree.map(lambda x: x[0], core), obs, start)[1]
+
+    def outputs(params: Params, traj: Trajectory):
+        states, (out, value) = net.unroll(params, jax.tree.map(lambda x: x[0], traj.core), traj.obs, traj.start)
+        # V(next_obs[t]): one more step from the state after step t, not reset (a truncated
+        # step's final observation belongs to the episode it ends; where the episode went on,
+        # it is obs[t + 1] read from the same state, as the unroll did).
+        T, B = traj.start.shape
+        flat = jax.tree.map(lambda x: x.reshape((T * B,) + x.shape[2:]), (states, traj.next_obs))
+        _, (_, next_value) = net.step(params, flat[0], flat[1], jnp.zeros((T * B,), bool))
+        return out, value, next_value.reshape((T, B))
+
+    return ActorCriticModel(
+        init=lambda key: net.init(key, obs_spec),
+        act=act,
+        greedy_act=greedy_act,
+        initial_core=net.core.initial_state,
+        outputs=outputs,
+        inputs=lambda traj: (traj.obs, traj.start, traj.core),
+        prepare=lambda tree: tree,
+        minibatches=common.sequence_minibatches,
+        forward=forward,
+    )
