@@ -27,9 +27,27 @@ from podracer.config import Config, ConfigError
 from podracer.envs import JaxEnv, UnknownEnvError, make_configured_jax_env
 from podracer.envs.base import clip_action
 from podracer.envs.render import can_render
-from podracer.types import ActionSpec, Array, BoxSpec, ObservationSpec, Params, PRNGKey, network_obs_spec, split_mask
+from podracer.types import (
+    ActionSpec,
+    Array,
+    BoxSpec,
+    CoreState,
+    ObservationSpec,
+    Params,
+    PRNGKey,
+    network_obs_spec,
+    split_mask,
+)
 
-Policy = Callable[[Params, Any, PRNGKey], Array]  # (params, obs [B, ...], key) -> action [B]
+
+class Policy(NamedTuple):
+    """The policy under evaluation, with the memory of a recurrent agent:
+    `act(params, obs [B, ...], key, core, start) -> (action [B], core)`, and `initial(B) ->
+    (core, start)` before a batch's first step (`(None, None)`: feed-forward). `start [B]`
+    marks observations that begin an episode (the core state is reset there)."""
+
+    act: Callable[[Params, Any, PRNGKey, CoreState, Any], tuple[Array, CoreState]]
+    initial: Callable[[int], tuple[CoreState, Any]]
 
 
 class Loaded(NamedTuple):
@@ -131,10 +149,13 @@ def load_policy(run_dir: str, config: Config, obs_spec: ObservationSpec, action_
     if seed_axis:
         params = jax.tree.map(lambda x: x[agent_seed], params)
     if sample:
-        policy: Policy = lambda p, obs, key: agent.act(p, obs, key)[0]  # noqa: E731
+        def act(p, obs, key, core, start):
+            action, _, core = agent.step(p, obs, key, core, start)
+            return action, core
     else:
-        policy = lambda p, obs, key: agent.greedy_act(p, obs)  # noqa: E731
-    return Loaded(config, policy, params, progress.env_steps)
+        def act(p, obs, key, core, start):
+            return agent.greedy_step(p, obs, core, start)
+    return Loaded(config, Policy(act, agent.initial_acting_state), params, progress.env_steps)
 
 
 def host_episode_returns(config: Config, policy: Policy, params: Params, key: PRNGKey, episodes: int,
@@ -144,21 +165,25 @@ def host_episode_returns(config: Config, policy: Policy, params: Params, key: PR
     from podracer.envs.host import make_host_env
 
     seed = int(jax.random.randint(key, (), 0, 2**31 - 1))
-    act = jax.jit(policy)
+    act = jax.jit(policy.act)
     env = make_host_env(config.env, episodes, seed)
     returns = np.full(episodes, np.nan)
     frames: list[np.ndarray] = []
+    core, start = policy.initial(episodes)
     try:
         obs = env.reset()
         while np.isnan(returns).any():
             if record and np.isnan(returns[0]):
                 frames.append(_frame(np.asarray(jax.tree.leaves(split_mask(obs)[0])[0][0])))
             key, act_key = jax.random.split(key)
-            env.send(np.asarray(act(params, obs, act_key)))
+            action, core = act(params, obs, act_key, core, start)
+            env.send(np.asarray(action))
             step = env.recv()
             first = step.episode_end & np.isnan(returns)
             returns[first] = step.timestep.episode_return[first]
             obs = step.timestep.obs
+            if start is not None:
+                start = step.timestep.terminated | step.timestep.truncated
     finally:
         env.close()
     return returns, (np.stack(frames) if record else None)
@@ -189,15 +214,16 @@ def _episode_returns(env: JaxEnv, policy: Policy, params: Params, key: PRNGKey, 
         return ~jnp.all(carry[2])
 
     def body(carry):
-        state, obs, done, returns, key = carry
+        state, obs, done, returns, key, core, start = carry
         key, act_key, step_key = jax.random.split(key, 3)
-        action = policy(params, obs, act_key)
+        action, core = policy.act(params, obs, act_key, core, start)
         state, ts = step(jax.random.split(step_key, episodes), state, action, env_params)
         ended = ts.done & ~done
-        return state, ts.obs, done | ts.done, jnp.where(ended, ts.episode_return, returns), key
+        start = None if start is None else ts.done
+        return state, ts.obs, done | ts.done, jnp.where(ended, ts.episode_return, returns), key, core, start
 
     # Every episode ends by the time limit, so the loop ends.
-    return jax.lax.while_loop(not_all_done, body, (state, obs, done, returns, key))[3]
+    return jax.lax.while_loop(not_all_done, body, (state, obs, done, returns, key, *policy.initial(episodes)))[3]
 
 
 def record_episode(env: JaxEnv, policy: Policy, params: Params, key: PRNGKey) -> np.ndarray:
@@ -214,17 +240,20 @@ def _record(env: JaxEnv, policy: Policy, params: Params, key: PRNGKey) -> tuple[
     inner = jax.tree.map(jnp.asarray, inner)  # some envs start with Python scalars
 
     def step(carry, key):
-        inner, obs, ended = carry
+        inner, obs, ended, core, start = carry
         act_key, step_key = jax.random.split(key)
         batch = jax.tree.map(lambda x: x[None], obs)
-        action = clip_action(policy(params, batch, act_key)[0], env.action_spec(env_params))
+        action, core = policy.act(params, batch, act_key, core, start)
+        action = clip_action(action[0], env.action_spec(env_params))
+        start = None if start is None else jnp.zeros_like(start)  # one episode: no reset after the first step
         next_inner, next_obs, _, terminated = env.step_env(step_key, inner, action, env_params)
         # Once the episode has ended, hold its last state.
         hold = lambda new, old: jnp.where(ended, old, new)  # noqa: E731
         next_inner, next_obs = jax.tree.map(hold, next_inner, inner), jax.tree.map(hold, next_obs, obs)
-        return (next_inner, next_obs, ended | terminated), (next_inner, ended | terminated)
+        return (next_inner, next_obs, ended | terminated, core, start), (next_inner, ended | terminated)
 
-    _, (states, ended) = jax.lax.scan(step, (inner, obs, jnp.bool_(False)), jax.random.split(key, limit))
+    first = (inner, obs, jnp.bool_(False), *policy.initial(1))
+    _, (states, ended) = jax.lax.scan(step, first, jax.random.split(key, limit))
     states = jax.tree.map(lambda first, rest: jnp.concatenate([first[None], rest]), inner, states)
     length = jnp.where(jnp.any(ended), jnp.argmax(ended) + 1, limit)
     return jax.vmap(env.render)(states), length

@@ -46,7 +46,7 @@ def greedy_graphs(env: PrefixAdderEnv, policy: Any, params: Any, weights: np.nda
 
         def step(carry, key):
             state, obs = carry
-            action = policy(params, obs, key)
+            action, _ = policy.act(params, obs, key, None, None)  # DQN: feed-forward
             state, obs, _, _ = jax.vmap(env.step_env, in_axes=(None, 0, 0, None))(key, state, action, None)
             return (state, obs), state.nodes
 

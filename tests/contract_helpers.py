@@ -155,10 +155,11 @@ def learned_policy_ok(result: Any, config: Config, space: str) -> None:
     if space == "box":  # ProbeContinuousAction observes 2 + s for s = -1, +1
         obs = obs + 2.0
     agent = result.agent
+    core, start = agent.initial_acting_state(2)
     if agent.greedy_act is not None:
-        action = np.asarray(jax.jit(agent.greedy_act)(params, obs))
+        action = np.asarray(jax.jit(agent.greedy_step)(params, obs, core, start)[0])
     else:
-        action = np.asarray(jax.jit(agent.act)(params, obs, jax.random.key(0))[0])
+        action = np.asarray(jax.jit(agent.step)(params, obs, jax.random.key(0), core, start)[0])
     rows = [row["episode_return"] for row in result.metrics]
     if space == "box":
         # A uniform random action scores about -0.58; the mean action must be near s / 2.

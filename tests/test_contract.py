@@ -9,6 +9,9 @@ for an algorithm that declares masks (a superset of the plain path: the network 
 observation), the plain one otherwise. A case an algorithm does not declare (a `BoxSpec` it
 does not support) is not generated (`SUPPORTED` and `SUPPORTED_KINDS`); that such a pairing
 is refused is tested on its own (`test_pairing_is_checked_before_compiling`, over all cases).
+
+An algorithm that can be recurrent (`Algorithm.recurrent`) is checked twice: as itself and as
+`<name>-lstm`, its probe config with a recurrent core (the runners then carry core states).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import anakin
 import sebulba
 from anakin import AnakinConfig
 from experiments.presets import PRESETS
-from podracer.agents import algorithms, make_agent
+from podracer.agents import Algorithm, algorithms, make_agent
 from podracer.config import Config, ConfigError, EnvConfig
 from podracer.envs import make_jax_env
 from podracer.types import BoxSpec, DiscreteSpec, MaskedObs
@@ -43,21 +46,35 @@ from tests.contract_helpers import (
 from tests.helpers import assert_one_line_error, run_main
 
 SPACES = {"discrete": "ProbeActionReward", "masked": "ProbeMaskedAction", "box": "ProbeContinuousAction"}
-NAMES = list(algorithms())
+
+
+def flavours() -> dict[str, Algorithm]:
+    """Every registered algorithm, and `<name>-lstm` for each that can be recurrent: the same
+    record with the recurrent variant of its probe config."""
+    out = dict(algorithms())
+    for name, algorithm in algorithms().items():
+        if algorithm.recurrent is not None:
+            probe = (lambda a: lambda: a.recurrent(a.default_probe_config()))(algorithm)
+            out[f"{name}-lstm"] = dataclasses.replace(algorithm, probe_config=probe)
+    return out
+
+
+FLAVOURS = flavours()
+NAMES = list(FLAVOURS)
 CASES = [(name, space) for name in NAMES for space in SPACES]
 KIND_CASES = [(name, kind) for name in NAMES for kind in ("discrete", "box")]
 ARCHS = ("anakin", "sebulba")
 
 
 def supports(name: str, space: str) -> bool:
-    algorithm = algorithms()[name]
+    algorithm = FLAVOURS[name]
     env = make_jax_env(SPACES[space])
     return algorithm.supports(env.action_spec(None)) and (space != "masked" or algorithm.masks)
 
 
 def probe_space(name: str, kind: str) -> str:
     """The probe a costly test runs for an action-space kind: masked when the algorithm can."""
-    return "masked" if kind == "discrete" and algorithms()[name].masks else kind
+    return "masked" if kind == "discrete" and FLAVOURS[name].masks else kind
 
 
 SUPPORTED = [(name, space) for name, space in CASES if supports(name, space)]
@@ -113,12 +130,12 @@ def bad_value(annotation) -> object:
     return None
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", list(algorithms()))
 def test_config_errors_name_the_field(name, capsys, monkeypatch, tmp_path):
     """Every hyperparameter is validated: NaN floats, absurd ints, unknown choices raise a
     ConfigError naming `agent.<field>`; on the command line, exit 2 with one line, nothing
     written."""
-    algorithm = algorithms()[name]
+    algorithm = FLAVOURS[name]
     hints = typing.get_type_hints(algorithm.config)
     checked = []
     for field in dataclasses.fields(algorithm.config):
@@ -144,7 +161,7 @@ def test_bad_batch_splits_exit_2_before_compiling(name, arch, capsys, monkeypatc
     """A batch the algorithm's (mandatory) check rejects stops `podracer train` on either
     architecture with exit 2 and one line, before anything compiles or is written; a batch
     it accepts passes setup."""
-    algorithm = algorithms()[name]
+    algorithm = FLAVOURS[name]
     configs = [algorithm.default_probe_config(), algorithm.config()]
     configs += [make().agent for make in PRESETS.values() if type(make().agent) is algorithm.config]
     agent_config, bad, good = rejected_batch(algorithm, configs)
@@ -165,7 +182,7 @@ def test_bad_batch_splits_exit_2_before_compiling(name, arch, capsys, monkeypatc
 def test_pairing_is_checked_before_compiling(name, space, arch, capsys, monkeypatch, tmp_path):
     """An algorithm on an action space (or masks) it does not declare exits 2 with one line
     naming both, before anything compiles; a declared pairing passes setup."""
-    algorithm = algorithms()[name]
+    algorithm = FLAVOURS[name]
     config = Config(agent=algorithm.default_probe_config(), env=EnvConfig(SPACES[space]),
                     arch=arch_config(arch, *probe_batch()), run_dir=str(tmp_path / "run"))
     runner = anakin.runner if arch == "anakin" else sebulba.runner
@@ -173,14 +190,14 @@ def test_pairing_is_checked_before_compiling(name, space, arch, capsys, monkeypa
         runner.setup(config)
         return
     with preset(monkeypatch, config) as preset_name, nothing_compiled():
-        assert_one_line_error(*run_main(capsys, "train", preset_name), name, SPACES[space])
+        assert_one_line_error(*run_main(capsys, "train", preset_name), algorithm.name, SPACES[space])
     assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize("name, space", SUPPORTED)
 def test_act_and_greedy_act_agree_with_the_spec(name, space):
     """Shapes, dtypes, bounds and legality of the actions, and extras batched like them."""
-    algorithm = algorithms()[name]
+    algorithm = FLAVOURS[name]
     env = make_jax_env(SPACES[space])
     obs_spec, action_spec = env.observation_spec(None), env.action_spec(None)
     agent = make_agent(algorithm.default_probe_config(), obs_spec, action_spec, num_updates=10, axis_name=None)
@@ -190,9 +207,10 @@ def test_act_and_greedy_act_agree_with_the_spec(name, space):
     if isinstance(obs, MaskedObs):  # random masks, at least one legal action each
         legal = jax.random.bernoulli(jax.random.key(2), 0.4, obs.action_mask.shape)
         obs = MaskedObs(obs.obs, legal.at[:, 0].set(~jnp.any(legal[:, 1:], axis=-1)))
-    actions, extras = jax.jit(jax.vmap(agent.act, in_axes=(None, None, 0)))(
-        params, obs, jax.random.split(jax.random.key(3), K))
-    greedy = None if agent.greedy_act is None else jax.jit(agent.greedy_act)(params, obs)
+    core, start = agent.initial_acting_state(B)
+    actions, extras, _ = jax.jit(jax.vmap(agent.step, in_axes=(None, None, 0, None, None)))(
+        params, obs, jax.random.split(jax.random.key(3), K), core, start)
+    greedy = None if agent.greedy_act is None else jax.jit(agent.greedy_step)(params, obs, core, start)[0]
     for leaf in jax.tree.leaves(extras):
         assert leaf.shape[:2] == (K, B)
     for action in (np.asarray(actions), None if greedy is None else np.asarray(greedy)[None]):
@@ -220,7 +238,7 @@ def test_update_on_four_devices_equals_the_global_batch_on_one(name, kind):
     learner step on 4 devices gives the state `agent.update` gives the whole batch on one
     device; its metrics are device-invariant (the metrics rule) and the loss is the same."""
     space = probe_space(name, kind)
-    one_vs_four_devices(algorithms()[name], SPACES[space])
+    one_vs_four_devices(FLAVOURS[name], SPACES[space])
 
 
 @pytest.mark.slow
@@ -231,7 +249,7 @@ def test_anakin_and_sebulba_give_the_same_update(name, kind):
     parameters through Anakin's compiled program and Sebulba's learner step (2 devices
     each), over as many updates as it takes the parameters to move."""
     space = probe_space(name, kind)
-    anakin_vs_sebulba(algorithms()[name], SPACES[space])
+    anakin_vs_sebulba(FLAVOURS[name], SPACES[space])
 
 
 @pytest.mark.slow
@@ -245,7 +263,7 @@ def test_learns_its_probe(name, kind, tmp_path):
     from experiments.train import train
 
     space = probe_space(name, kind)
-    algorithm = algorithms()[name]
+    algorithm = FLAVOURS[name]
     config = Config(env=EnvConfig(SPACES[space]), agent=algorithm.default_probe_config(),
                     total_env_steps=algorithm.probe_steps, run_dir=str(tmp_path / "run"),
                     arch=AnakinConfig(num_envs=16, rollout_length=8, devices=(0,), updates_per_call=50))

@@ -188,4 +188,5 @@ ALGORITHM = Algorithm(
     name="impala", config=ImpalaConfig, make=make_impala, check_batch=ImpalaConfig.check_batch,
     action_spaces=(DiscreteSpec,), masks=True, probe_config=_probe_config, probe_steps=20_000,
     exact_config=lambda config, batch: dataclasses.replace(config, num_minibatches=1),
+    recurrent=lambda config: dataclasses.replace(config, core="lstm", core_size=16),
 )

@@ -319,4 +319,5 @@ ALGORITHM = Algorithm(
     action_spaces=(DiscreteSpec, BoxSpec), masks=True, probe_config=_probe_config, probe_steps=20_000,
     # One minibatch: the update of a global batch is then the same however it is split.
     exact_config=lambda config, batch: dataclasses.replace(config, num_minibatches=1),
+    recurrent=lambda config: dataclasses.replace(config, core="lstm", core_size=16),
 )

@@ -70,6 +70,9 @@ class Algorithm:
                    batch does not depend on how it is split over devices (a full batch, no
                    shuffling or sampling noise): the contract suite checks 4 devices
                    against 1 with it, which guards gradient averaging.
+    recurrent:     `config -> config` with a recurrent core, for an algorithm whose agents
+                   can be recurrent (`Agent.initial_core`); the contract suite then runs
+                   every check over that variant of its probe config too. None: feed-forward only.
     """
 
     name: str
@@ -81,6 +84,7 @@ class Algorithm:
     probe_config: Callable[[], Any] | None = None
     probe_steps: int = 20_000
     exact_config: Callable[[Any, BatchShape], Any] = lambda config, batch: config
+    recurrent: Callable[[Any], Any] | None = None
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):
