@@ -30,9 +30,10 @@ HOST_BACKENDS = ("auto", "envpool", "gymnasium", "jax")
 class EnvConfig:
     """Which environment, and how host environments are wrapped (Sebulba).
 
-    Every field but `id` and `observe` concerns host environments only
+    Every field but `id`, `observe` and `params` concerns host environments only
     (`podracer.envs.make_host_env`); the Atari fields apply to EnvPool's Atari games and are
-    ignored elsewhere. `observe` applies to every environment (`podracer.envs.observe`).
+    ignored elsewhere. `observe` applies to every environment (`podracer.envs.observe`),
+    `params` to JAX environments, also on the host (`podracer.envs.params`).
     """
 
     id: str = "CartPole-v1"  # environment id: a JAX env (Anakin) or an EnvPool/Gymnasium/JAX id (Sebulba)
@@ -45,6 +46,7 @@ class EnvConfig:
     frame_skip: int = 4  # Atari: each action is repeated this many frames (max-pooled)
     frame_stack: int = 4  # Atari: observations stack this many 84x84 grayscale frames
     observe: tuple[int, ...] = ()  # keep only these entries of a vector observation, e.g. 0,2 (empty: all)
+    params: tuple[str, ...] = ()  # JAX envs: parameters set by name, e.g. memory_length=10 (gymnax EnvParams)
 
     def __post_init__(self) -> None:
         check(bool(self.id), "env.id", "must be a non-empty environment id", self.id)

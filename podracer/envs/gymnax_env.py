@@ -53,6 +53,10 @@ class GymnaxEnv(JaxEnv):
     def default_params(self) -> Any:
         return self._params
 
+    def replace_params(self, params: Any) -> None:
+        """Use `params` (gymnax's `EnvParams`) from now on (`podracer.envs.params`)."""
+        self._params = params
+
     def reset_env(self, key, params):
         obs, state = self._env.reset_env(key, params)
         return state, obs

@@ -25,7 +25,7 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from podracer.config import EnvConfig
+from podracer.config import ConfigError, EnvConfig
 from podracer.types import ActionSpec, BoxSpec, DiscreteSpec, ObservationSpec, ObsSpec, TimeStep, box_spec
 
 
@@ -145,11 +145,22 @@ def _is_prefix_id(env_id: str) -> bool:
 
 
 def host_backend(env_config: EnvConfig) -> str:
+    """The backend that will run `env_config.id` (`_host_backend`); `env.params` is refused
+    for a backend other than "jax"."""
+    backend = _host_backend(env_config)
+    if env_config.params and backend != "jax":
+        raise ConfigError(f"env.params sets parameters of JAX environments; {env_config.id} runs on {backend} here "
+                          "(--env.backend jax runs a JAX environment on the host)")
+    return backend
+
+
+def _host_backend(env_config: EnvConfig) -> str:
     """The backend that will run `env_config.id`: "prefix" for the prefix-adder ids (whatever
     `env.backend` says), else "envpool", "gymnasium" or "jax" (a JAX environment stepped on
     the host, `podracer.envs.jax_host`), the first that has the id.
 
-    Raises UnknownEnvError (listing close matches) when the chosen backend lacks the id.
+    Raises UnknownEnvError (listing close matches) when the chosen backend lacks the id, and
+    ConfigError when `env.params` is set for a backend other than "jax".
     """
     from podracer.envs import envpool_env, gymnasium_env, jax_env_ids, unknown_env_error
 

@@ -20,10 +20,17 @@ from podracer.config import EnvConfig
 from podracer.envs.host import HostStep
 
 
-def jax_host_specs(env_config: EnvConfig) -> tuple[Any, Any]:
-    from podracer.envs import make_jax_env
+def _jax_env(env_config: EnvConfig) -> Any:
+    """The JAX environment with `env_config.params` set (`observe` is the host wrapper's)."""
+    import dataclasses
 
-    env = make_jax_env(env_config.id)
+    from podracer.envs import make_configured_jax_env
+
+    return make_configured_jax_env(dataclasses.replace(env_config, observe=()))
+
+
+def jax_host_specs(env_config: EnvConfig) -> tuple[Any, Any]:
+    env = _jax_env(env_config)
     return env.observation_spec(env.default_params), env.action_spec(env.default_params)
 
 
@@ -31,9 +38,7 @@ class JaxHostEnv:
     """`num_envs` copies of a JAX environment; `send` records the action, `recv` steps."""
 
     def __init__(self, env_config: EnvConfig, num_envs: int, seed: int) -> None:
-        from podracer.envs import make_jax_env
-
-        env = make_jax_env(env_config.id)
+        env = _jax_env(env_config)
         params = env.default_params
         self.num_envs = num_envs
         self.observation_spec, self.action_spec = env.observation_spec(params), env.action_spec(params)

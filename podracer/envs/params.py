@@ -1,0 +1,52 @@
+"""Environment parameters set by name: `EnvConfig.params = ("memory_length=10",)`
+(`--env.params memory_length=10` on the command line) replaces fields of a JAX environment's
+parameters, e.g. gymnax's `EnvParams` (MemoryChain-bsuite's memory length, a time limit
+`max_steps_in_episode`). Values are converted to the type of the field they replace."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from podracer.config import ConfigError
+from podracer.envs.base import JaxEnv
+
+
+def parse_params(params: tuple[str, ...]) -> dict[str, str]:
+    """`("a=1", "b=x")` -> `{"a": "1", "b": "x"}`; ConfigError naming `env.params` otherwise."""
+    parsed = {}
+    for item in params:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip() or not value.strip():
+            raise ConfigError(f"env.params entries are name=value, got {item!r}")
+        parsed[name.strip()] = value.strip()
+    return parsed
+
+
+def with_params(env: JaxEnv, params: tuple[str, ...], env_id: str) -> JaxEnv:
+    """`env` with the named fields of its parameters replaced (`replace_params`); ConfigError
+    naming `env.params` for an environment without named parameters or an unknown field."""
+    changes = parse_params(params)
+    current = env.default_params
+    replace = getattr(env, "replace_params", None)
+    if replace is None or not dataclasses.is_dataclass(current):
+        raise ConfigError(f"env.params: {env_id} has no named parameters to set")
+    fields = {f.name for f in dataclasses.fields(current)}
+    unknown = sorted(set(changes) - fields)
+    if unknown:
+        raise ConfigError(f"env.params: {env_id} has no parameter {', '.join(unknown)}; "
+                          f"it has {', '.join(sorted(fields))}")
+    replace(current.replace(**{name: _convert(getattr(current, name), value, name) for name, value in changes.items()}))
+    return env
+
+
+def _convert(old: Any, value: str, name: str) -> Any:
+    kind = type(old.item()) if hasattr(old, "item") and getattr(old, "shape", None) == () else type(old)
+    try:
+        if kind is bool:
+            if value.lower() not in ("true", "false", "1", "0"):
+                raise ValueError(value)
+            return value.lower() in ("true", "1")
+        return kind(value) if kind in (int, float) else type(old)(float(value))
+    except (TypeError, ValueError):
+        raise ConfigError(f"env.params: {name} takes a {kind.__name__}, got {value!r}") from None
