@@ -49,4 +49,4 @@ def _convert(old: Any, value: str, name: str) -> Any:
             return value.lower() in ("true", "1")
         return kind(value) if kind in (int, float) else type(old)(float(value))
     except (TypeError, ValueError):
-        raise ConfigError(f"env.params: {name} takes a {kind.__name__}, got {value!r}") from None
+        raise ConfigError(f"env.params: {name} must be {kind.__name__}, got {value!r}") from None
