@@ -1,14 +1,13 @@
 """Recurrent cores that restart at episode boundaries, for acting step by step and for the
 learner's unroll over a `[T, B]` trajectory, with one reset rule for both.
 
-The rule: `start[t]` is True where observation `t` is the first of an episode (an episode
-that ended at step `t - 1`, terminated or truncated, or the run's first observation). The
-core state is replaced by its initial value (zeros) *before* the core reads observation `t`.
-Acting applies `step` once per environment step with the start flags it knows (the previous
-step's end); the learner applies `unroll` from the state the actor had at the start of the
-sequence, with `start[t] = end[t - 1]` for `t >= 1` (`starts_from_ends`). Both therefore see
-the same states, which `tests/test_networks_recurrent.py` checks against running the network
-separately on each episode from the initial state.
+The rule: `start[t]` is True where observation `t` is the first of an episode (the run's
+first observation, and every one after a terminated or truncated step). The core state is
+replaced by its initial value (zeros) *before* the core reads observation `t`. Acting
+applies `ResetCore` once per environment step with the flags the runner carries; the runner
+records them in the trajectory (`Trajectory.start`) with the state before the sequence
+(`Trajectory.core`), and the learner's `unroll` applies the same flags from that state, so
+both see the same states (`tests/test_networks_recurrent.py`, `tests/test_recurrent.py`).
 """
 
 from __future__ import annotations
@@ -45,17 +44,13 @@ class ResetCore(nn.Module):
         return cell(state, x)
 
 
-def starts_from_ends(first: Array, end: Array) -> Array:
-    """Episode starts `[T, B]` of a sequence: `first [B]` at `t = 0` (did the episode begin at
-    the sequence's first observation), then `end[t - 1]` (terminated or truncated)."""
-    return jnp.concatenate([first[None], end[:-1]], axis=0)
-
-
 def unroll(core: ResetCore, params: Any, state: CoreState, x: Array, start: Array) -> tuple[CoreState, Array]:
     """Apply `core` over time: `x [T, B, D]`, `start [T, B]` from `state` (the sequence's first
-    state, before any reset at `t = 0`); returns `(last state, y [T, B, size])`."""
+    state, before any reset at `t = 0`); returns `(states [T, B, ...] after each step,
+    y [T, B, size])`."""
 
     def step(carry, inputs):
-        return core.apply(params, carry, *inputs)
+        carry, y = core.apply(params, carry, *inputs)
+        return carry, (carry, y)
 
-    return jax.lax.scan(step, state, (x, start))
+    return jax.lax.scan(step, state, (x, start))[1]

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from podracer.networks_recurrent import ResetCore, starts_from_ends, unroll
+from podracer.networks_recurrent import ResetCore, unroll
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -27,6 +27,11 @@ def trajectory(seed: int):
     end[1:3, 3] = True  # two ends in a row: a one-step episode
     first = np.array([True, False, False, True, False])
     return x, end, first
+
+
+def starts_from_ends(first, end):
+    """`start [T, B]`: `first [B]` at `t = 0`, then `end[t - 1]` (what a runner records)."""
+    return jnp.concatenate([jnp.asarray(first)[None], jnp.asarray(end)[:-1]], axis=0)
 
 
 def per_episode(core, params, state0, x, end, first):
@@ -51,7 +56,7 @@ def test_unroll_equals_each_episode_run_from_the_initial_state(kind):
     x, end, first = trajectory(0)
     params = core.init(jax.random.key(0), core.initial_state(B), x[0], jnp.zeros(B, bool))
     state0 = jax.tree.map(lambda a: jax.random.normal(jax.random.key(1), a.shape), core.initial_state(B))
-    _, y = jax.jit(lambda p, s: unroll(core, p, s, x, starts_from_ends(jnp.asarray(first), jnp.asarray(end))))(
+    _, y = jax.jit(lambda p, s: unroll(core, p, s, x, starts_from_ends(first, end)))(
         params, state0)
     np.testing.assert_allclose(y, per_episode(core, params, state0, x, end, first), rtol=1e-5, atol=1e-6)
     # The reset matters: without it the unroll differs wherever an episode began mid-sequence.
@@ -75,6 +80,6 @@ def test_actor_step_by_step_states_equal_the_learners_unroll_of_the_next_sequenc
         state, y = step(state, x, start)
         acted.append(y)
         start = jnp.asarray(end)
-    _, y2 = unroll(core, params, sequence_start, x2, starts_from_ends(first2, jnp.asarray(end2)))
+    _, y2 = unroll(core, params, sequence_start, x2, starts_from_ends(first2, end2))
     np.testing.assert_allclose(y2, np.stack(acted[T:]), rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(first2, end1[-1])

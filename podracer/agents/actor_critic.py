@@ -26,7 +26,7 @@ import jax.numpy as jnp
 from podracer import networks
 from podracer.agents import common
 from podracer.agents.policies import Policy
-from podracer.networks_recurrent import CORES, CoreState, ResetCore
+from podracer.networks_recurrent import CORES, CoreState, ResetCore, unroll
 from podracer.ops import masked_logits
 from podracer.types import (
     ActionSpec,
@@ -148,11 +148,7 @@ class RecurrentActorCritic(NamedTuple):
         embedding = self.torso.apply(params["torso"], common.flatten_time_batch(inputs))
         embedding = embedding.reshape((T, B) + embedding.shape[1:])
 
-        def step(state, xs):
-            state, y = self.core.apply(params["core"], state, *xs)
-            return state, (state, y)
-
-        _, (states, y) = jax.lax.scan(step, state, (embedding, start))
+        states, y = unroll(self.core, params["core"], state, embedding, start)
         out, value = self._heads(params, y.reshape((T * B, -1)), None)
         out = jax.tree.map(lambda x: x.reshape((T, B) + x.shape[1:]), out)
         if legal is not None:
