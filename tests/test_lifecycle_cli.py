@@ -252,11 +252,11 @@ def test_signals_set_the_stop_request_and_handlers_come_back():
 
 @pytest.mark.timeout(60)
 def test_cartpole_episode_renders_to_frames():
-    from experiments.evaluate import record_episode
+    from experiments.evaluate import Policy, record_episode
 
     env = make_jax_env("CartPole-v1")
-    push_right = lambda params, obs, key: jax.numpy.ones(obs.shape[0], jax.numpy.int32)  # noqa: E731
-    frames = record_episode(env, push_right, None, jax.random.key(0))
+    push_right = lambda params, obs, key, core, start: (jax.numpy.ones(obs.shape[0], jax.numpy.int32), core)  # noqa: E731
+    frames = record_episode(env, Policy(push_right, lambda batch: (None, None)), None, jax.random.key(0))
     assert frames.dtype == np.uint8 and frames.shape[1:] == (200, 300, 3)
     assert 5 < len(frames) < 100  # the pole falls: the episode ends early
     assert not np.array_equal(frames[0], frames[-1])
