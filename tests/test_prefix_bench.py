@@ -64,6 +64,7 @@ def test_bench_prefix_user_errors_exit_2_before_training(tmp_path, capsys):
         assert len(stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow  # ~13 s: three synthesis pools (spawned processes), fronts and plots
 @needs_synthesis
 def test_bench_prefix_on_a_finished_run_gives_the_baselines_its_budget(tmp_path):
     """A run directory whose cache holds the agent's syntheses: the table's budget is their
