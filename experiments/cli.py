@@ -192,6 +192,28 @@ def cmd_bench_table(args: argparse.Namespace, overrides: list[str]) -> int:
     return 0
 
 
+def cmd_bench_prefix(args: argparse.Namespace, overrides: list[str]) -> None:
+    from experiments.benchmarks import prefix
+
+    if args.out is None:
+        fail("bench prefix needs --out DIR")
+    if args.baseline_seeds < 1:
+        fail(f"--baseline-seeds must be >= 1, got {args.baseline_seeds}")
+    if args.workers is not None and args.workers < 1:
+        fail(f"--workers must be >= 1, got {args.workers}")
+    config = None
+    if args.run_dir is None:
+        if args.budget is None or args.budget < 1:
+            fail(f"bench prefix needs --budget >= 1 (unique syntheses) to train the agent, got {args.budget}")
+        config = resolve_config(args.preset or prefix.default_preset(args.bits), overrides)
+        prefix.check_agent_config(config, args.bits)
+    elif overrides or args.preset:
+        fail("bench prefix --run-dir reads a finished run: no preset or overrides")
+    table = prefix.compare(args.out, args.budget, config, args.run_dir, range(args.baseline_seeds), args.workers,
+                           log=lambda line: print(line, flush=True) if not args.json else None)
+    print(json.dumps(table) if args.json else prefix.format_table(table))
+
+
 def cmd_bench(arch: str, preset: str | None, overrides: list[str], as_json: bool, seconds: float,
               compare_reference: bool = False) -> None:
     config = resolve_config(preset or f"ppo-cartpole-{arch}", overrides)
@@ -273,6 +295,8 @@ def main(argv: list[str] | None = None) -> None:
             cmd_plot(args)
         elif args.command == "launch-local":
             cmd_launch_local(args.preset, args.resume, rest, args.num_processes, args.cpu_devices)
+        elif args.command == "bench" and args.arch == "prefix":
+            cmd_bench_prefix(args, rest)
         elif args.command == "bench" and args.arch == "table":
             code = cmd_bench_table(args, rest)
         elif args.command == "bench":

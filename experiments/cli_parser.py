@@ -94,9 +94,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench = commands.add_parser(
         "bench", help="throughput against the physical limit; `bench table`: results over presets x seeds",
         description="podracer bench anakin|sebulba [--preset NAME] [--json] | "
-                    "podracer bench table --presets A B ... --seeds N --out DIR [overrides]",
+                    "podracer bench table --presets A B ... --seeds N --out DIR [overrides] | "
+                    "podracer bench prefix --bits N --budget SYNTHESES --out DIR [--run-dir RUN] [overrides]",
     )
-    bench.add_argument("arch", choices=["anakin", "sebulba", "table"])
+    bench.add_argument("arch", choices=["anakin", "sebulba", "table", "prefix"])
     bench.add_argument("--json", action="store_true", help="print one JSON line")
     bench.add_argument("--preset", default=None, help="preset to measure (default: ppo-cartpole-<arch>)")
     bench.add_argument("--seconds", type=float, default=10.0, help="sebulba: seconds measured per quantity")
@@ -111,6 +112,14 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--episodes", type=int, default=128, help="table: evaluation episodes per seed (default 128)")
     bench.add_argument("--policy", choices=["auto", "greedy", "sample"], default="auto",
                        help="table: evaluation policy (auto: sample for PPO/IMPALA, greedy for Q-learning)")
+    bench.add_argument("--bits", type=int, default=16,
+                       help="prefix: adder width; the preset defaults to dqn-prefix<bits>-sebulba (default 16)")
+    bench.add_argument("--budget", type=int, default=None,
+                       help="prefix: unique syntheses the agent trains for; the baselines get the agent's count")
+    bench.add_argument("--run-dir", default=None, metavar="RUN",
+                       help="prefix: read a finished run (with RUN/synthesis-cache.jsonl) instead of training")
+    bench.add_argument("--baseline-seeds", type=int, default=1, metavar="K", help="prefix: seeds per baseline")
+    bench.add_argument("--workers", type=int, default=None, help="prefix: synthesis processes (default: every CPU)")
     return parser
 
 

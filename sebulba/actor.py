@@ -25,7 +25,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 
 from podracer.config import EnvConfig
-from podracer.envs.host import HostEnv, HostStep, make_host_env
+from podracer.envs.host import HostEnv, HostStep, env_metrics, make_host_env
 from podracer.parallel import put_process_batch
 from podracer.runner.episodes import EpisodeStats
 from podracer.types import Agent, Array, CoreState, Params, PRNGKey, Trajectory
@@ -47,6 +47,8 @@ class RolloutItem(NamedTuple):
                 previous rollout into the queue (`queue_wait_s`).
     started:    `time.perf_counter()` when its first env step began (metrics count its
                 steps from then on, never from when the learner got round to it).
+    env_metrics: what the host environment measures itself after this rollout
+                (`podracer.envs.host.env_metrics`; e.g. a reward pool's syntheses/s), or {}.
     """
 
     trajectory: Trajectory
@@ -54,6 +56,7 @@ class RolloutItem(NamedTuple):
     episodes: EpisodeStats
     timings: dict[str, float]
     started: float
+    env_metrics: dict[str, float] = {}  # noqa: RUF012 (a NamedTuple default, never mutated)
 
 
 class ActingState(NamedTuple):
@@ -230,4 +233,5 @@ class Actor:
                        "param_wait_s": param_wait, "queue_wait_s": queue_wait}
             # With several processes this is this process's part of one global batch.
             trajectory = put_process_batch(rollout.trajectory, self.sharding)
-            queue_wait = put(self.out, RolloutItem(trajectory, version, rollout.episodes, timings, started), stop)
+            item = RolloutItem(trajectory, version, rollout.episodes, timings, started, env_metrics(env))
+            queue_wait = put(self.out, item, stop)

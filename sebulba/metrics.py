@@ -9,6 +9,12 @@ for trajectories; `learner_update_s`: the compiled update). `queue_depth` is the
 number of trajectories left waiting after each update took its own; `policy_lag` /
 `policy_lag_max` how many updates behind the acting parameters were.
 
+A host environment that measures itself (`metrics()`, see `podracer.envs.host.env_metrics`)
+adds its numbers prefixed `env_`, as the latest rollout of the row saw them (cumulative
+since the environment was made): the prefix adders' reward pool gives `env_syntheses`,
+`env_syntheses_per_s`, `env_cache_hit_rate`, `env_reward_wait_s` (seconds the actors
+waited on rewards) and the rest of `RewardPool.metrics`.
+
 Episode statistics count the episodes of every process; timings are this process's.
 
 `sps` counts the env steps of the updates in a row over the time from the previous row
@@ -62,13 +68,20 @@ class MetricsReporter:
         episodes = sum((r.episodes for r in records), EpisodeStats.host_zeros())
         self.last_update = update
         return metrics_row(update * self.steps_per_update, sps, wall_s, episodes, agent_means(records),
-                           **timing_means(records))
+                           **timing_means(records), **latest_env_metrics(records))
 
 
 def agent_means(records: list[UpdateRecord]) -> dict[str, float]:
     """The agent's metrics, each a mean over the records' updates."""
     names = records[0].metrics.keys()
     return {name: float(np.mean([np.mean(r.metrics[name]) for r in records])) for name in names}
+
+
+def latest_env_metrics(records: list[UpdateRecord]) -> dict[str, float]:
+    """The host environment's own numbers (`env_` + name) from the latest rollout learned."""
+    items = [item for r in records for item in r.items]
+    latest = max(items, key=lambda item: item.started)
+    return {f"env_{name}": value for name, value in latest.env_metrics.items()}
 
 
 def timing_means(records: list[UpdateRecord]) -> dict[str, float]:

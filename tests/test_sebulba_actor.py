@@ -178,3 +178,43 @@ def test_actor_resets_a_recurrent_core_at_every_episode_start(monkeypatch):
         np.testing.assert_array_equal(traj.start, k == 0, err_msg=f"rollout {r}")
         before = np.full(4, INITIAL_COUNT) if r == 0 else (r * T - 1) % length + 1
         np.testing.assert_array_equal(traj.core, before[None], err_msg=f"rollout {r}")
+
+
+class MeasuredEnv(NumberedEnv):
+    """NumberedEnv that measures itself, as a host env with a reward pool does."""
+
+    def metrics(self) -> dict[str, float]:
+        return {"steps_seen": float(len(self.actions)), "cache_hit_rate": 0.5}
+
+
+def test_env_metrics_reach_the_metrics_rows(monkeypatch):
+    """A host env's own `metrics()` (the prefix adders' reward pool: syntheses/s, cache hit
+    rate, reward wait) travel with each rollout and appear, prefixed `env_`, in Sebulba's
+    metrics rows as the latest rollout saw them; an env without `metrics()` adds nothing."""
+    from podracer.runner import EpisodeStats
+    from sebulba.learner import UpdateRecord
+    from sebulba.metrics import MetricsReporter
+
+    env = MeasuredEnv()
+    monkeypatch.setattr(sebulba.actor, "make_host_env", lambda *args, **kwargs: env)
+    source = ParamSource(jax.devices()[0])
+    source.publish(jnp.float32(VERSION), VERSION)
+    out: queue.Queue = queue.Queue(2)
+    agent = Agent(init=None, act=act, update=None)
+    actor = Actor(index=0, env_config=EnvConfig("CartPole-v1"), num_envs=4, seed=0, env_threads=1,
+                  rollout_length=T, max_policy_lag=0, policy_step=make_policy_step(agent), params=source,
+                  agent=agent, out=out,
+                  sharding=trajectory_sharding(parallel.make_mesh(jax.devices()[:1], "learner")), num_rollouts=2)
+    actor.run(threading.Event())
+    items = [out.get_nowait() for _ in range(2)]
+    assert [item.env_metrics["steps_seen"] for item in items] == [T, 2 * T]
+
+    rows = []
+    reporter = MetricsReporter(steps_per_update=20, updates_per_log=2, num_updates=2, emit=rows.append)
+    for update, item in enumerate(items, 1):
+        reporter(UpdateRecord(update, {"loss": np.zeros(())}, [item], [0], 0.0, 0.0, 0, EpisodeStats.host_zeros()))
+    assert rows[0]["env_steps_seen"] == 2 * T and rows[0]["env_cache_hit_rate"] == 0.5
+
+    plain = items[1]._replace(env_metrics={})
+    reporter(UpdateRecord(2, {"loss": np.zeros(())}, [plain], [0], 0.0, 0.0, 0, EpisodeStats.host_zeros()))
+    assert not any(name.startswith("env_") and name != "env_steps" for name in rows[-1])

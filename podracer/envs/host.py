@@ -64,6 +64,17 @@ class HostEnv(Protocol):
     def close(self) -> None:
         """Release the environments (threads, processes)."""
 
+    # Optional: `metrics() -> dict[str, float]`, numbers the environment measures itself,
+    # cumulative since it was made (the prefix adders' reward pool: syntheses per second,
+    # cache hit rate, seconds waited on rewards). Read through `env_metrics`.
+
+
+def env_metrics(env: Any) -> dict[str, float]:
+    """`env.metrics()` where the host environment has that optional method, else `{}`;
+    Sebulba's metrics rows report them prefixed `env_` (`sebulba.metrics`)."""
+    metrics = getattr(env, "metrics", None)
+    return {} if metrics is None else {name: float(value) for name, value in metrics().items()}
+
 
 def specs_of_spaces(obs_space, action_space, env_id: str) -> tuple[ObsSpec, ActionSpec]:
     """Specs of Gymnasium spaces: `Discrete` -> `DiscreteSpec`, `Box` -> `BoxSpec` (float32

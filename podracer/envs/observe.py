@@ -17,7 +17,7 @@ import numpy as np
 
 from podracer.config import ConfigError
 from podracer.envs.base import JaxEnv
-from podracer.envs.host import HostEnv, HostStep
+from podracer.envs.host import HostEnv, HostStep, env_metrics
 from podracer.types import ObsSpec
 
 
@@ -90,6 +90,9 @@ class ObservedHostEnv:
         timestep = step.timestep._replace(obs=self._select(step.timestep.obs),
                                           final_obs=self._select(step.timestep.final_obs))
         return step._replace(timestep=timestep)
+
+    def metrics(self) -> dict[str, float]:
+        return env_metrics(self.env)
 
     def close(self) -> None:
         self.env.close()

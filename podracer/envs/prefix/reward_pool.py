@@ -9,6 +9,9 @@ reward CPUs. Under several processes, each process (host) builds its own pool.
 Costs are cached by graph, flow and library (`SynthesisSpec.identity`), in memory and in an
 append-only JSON-lines file: a resumed run, or any later run with the same cache file,
 never synthesises a graph twice. A graph already being synthesised is not submitted again.
+Each row of the file also holds the graph (`grid`, as `designs.jsonl` writes it), so a
+fresh cache file is the record of every distinct graph a run synthesised
+(`cache_designs`): the honest count of its syntheses.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from podracer.envs.prefix.front import Design, grid_rows, nodes_from_rows
 from podracer.envs.prefix.synthesis import SynthesisResult, SynthesisSpec, synthesize
 
 Evaluate = Callable[[np.ndarray], SynthesisResult]
@@ -54,6 +58,25 @@ def default_executor(workers: int | None = None) -> cf.Executor:
     a process that runs JAX's threads can deadlock)."""
     return cf.ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1,
                                   mp_context=multiprocessing.get_context("spawn"))
+
+
+def cache_designs(path: str, identity: str) -> list[Design]:
+    """Every graph a cache file holds with its cost under the flow and library `identity`,
+    in the order synthesised. Rows of another identity (their key is not this graph's key
+    under `identity`), rows written before graphs were stored, and a row cut by a crash
+    are skipped."""
+    designs = []
+    with open(path) as f:
+        for line in f:
+            try:
+                row = json.loads(line)
+                nodes = nodes_from_rows(row["grid"])
+                cost = float(row["area"]), float(row["delay"])
+            except (ValueError, KeyError, TypeError):
+                continue
+            if row["key"] == graph_key(nodes, identity):
+                designs.append(Design(nodes, *cost))
+    return designs
 
 
 class RewardPool:
@@ -112,7 +135,7 @@ class RewardPool:
             with open(path, "a") as f:
                 f.write("\n")
 
-    def _store(self, key: str, result: SynthesisResult) -> None:
+    def _store(self, key: str, nodes: np.ndarray, result: SynthesisResult) -> None:
         with self._lock:
             self._cache[key] = (result.area, result.delay)
             self._inflight.pop(key, None)
@@ -121,7 +144,8 @@ class RewardPool:
             self._last_done = time.perf_counter()
             if self._cache_path is not None:
                 with open(self._cache_path, "a") as f:
-                    f.write(json.dumps({"key": key, "area": result.area, "delay": result.delay}) + "\n")
+                    row = {"key": key, "area": result.area, "delay": result.delay, "grid": grid_rows(nodes)}
+                    f.write(json.dumps(row) + "\n")
 
     def cached(self, nodes: np.ndarray) -> tuple[float, float] | None:
         return self._cache.get(graph_key(nodes, self.identity))
@@ -147,7 +171,8 @@ class RewardPool:
                 self._first_submit = time.perf_counter()
             result = cf.Future()
             self._inflight[key] = result
-        work = self._executor.submit(self._evaluate, np.asarray(nodes, bool))
+        nodes = np.array(nodes, bool)
+        work = self._executor.submit(self._evaluate, nodes)
 
         def done(work: cf.Future) -> None:
             error = work.exception()
@@ -156,7 +181,7 @@ class RewardPool:
                     self._inflight.pop(key, None)
                 result.set_exception(error)
                 return
-            self._store(key, work.result())
+            self._store(key, nodes, work.result())
             result.set_result(self._cache[key])
 
         work.add_done_callback(done)
