@@ -94,16 +94,6 @@ def impala_replay_latent_minatar(env_id: str) -> Config:
         base.agent, shared_torso=True, latent_size=32, reconstruction="sigmoid_ce", reconstruction_coef=1.0))
 
 
-def ppo_vtrace_replay_minatar(env_id: str) -> Config:
-    """PPO with V-trace and replay on MinAtar under Anakin: `ppo-*-minatar-anakin` (gymnax-blines'
-    settings) with V-trace advantages (lambda 0.95) and half of each update replayed."""
-    from experiments.presets_ppo import ppo_minatar
-
-    base = ppo_minatar(env_id)
-    return dataclasses.replace(base, agent=dataclasses.replace(
-        base.agent, advantage="vtrace", vtrace_lambda=0.95, replay_fraction=0.5, replay_capacity=100_000))
-
-
 IMPALA_PRESETS: dict[str, Callable[[], Config]] = {
     "impala-cartpole-anakin": impala_cartpole_anakin,
     "impala-cartpole-sebulba": impala_cartpole_sebulba,
@@ -118,8 +108,5 @@ IMPALA_PRESETS: dict[str, Callable[[], Config]] = {
     **{f"impala-replay-latent-{game}-minatar-anakin": named(
         impala_replay_latent_minatar, env_id,
         f"IMPALA on {env_id}, half replayed, a 32-unit auto-encoder latent (RLDM 2019 recipe), 10M env steps")
-       for game, env_id in MINATAR_GAMES.items() if game in ("breakout", "space-invaders")},
-    **{f"ppo-vtrace-replay-{game}-minatar-anakin": named(
-        ppo_vtrace_replay_minatar, env_id, f"PPO with V-trace on {env_id}, half of each update replayed, 10M env steps")
        for game, env_id in MINATAR_GAMES.items() if game in ("breakout", "space-invaders")},
 }

@@ -65,7 +65,7 @@ def test_the_model_reconstructs_its_observations_from_the_latent(reconstruction)
     """`train_forward`'s auxiliary loss is the loss of the decoder's output against the
     observation as float; the policy and value are `forward`'s, from the same pass."""
     model = latent_model(reconstruction)
-    params = model.init(jax.random.key(0))
+    params = jax.jit(model.init)(jax.random.key(0))
     obs = flatten_time_batch(grid_trajectory(0).obs)
     out, value, loss = model.train_forward(params, obs)
     expected_out, expected_value = model.forward(params, obs)
@@ -82,7 +82,7 @@ def test_trajectory_outputs_decode_the_observations_only():
     """IMPALA's `train_outputs` reconstructs `traj.obs` (not `next_obs`) and gives `outputs`'
     policy and values."""
     model = latent_model()
-    params = model.init(jax.random.key(1))
+    params = jax.jit(model.init)(jax.random.key(1))
     traj = grid_trajectory(1)
     out, value, next_value, loss = model.train_outputs(params, traj)
     for actual, expected in zip((out, value, next_value), model.outputs(params, traj)):
@@ -92,15 +92,16 @@ def test_trajectory_outputs_decode_the_observations_only():
 
 def test_reconstruction_gradients_reach_the_decoder_and_encoder_not_the_heads():
     model = latent_model()
-    params = model.init(jax.random.key(2))
+    params = jax.jit(model.init)(jax.random.key(2))
     obs = flatten_time_batch(grid_trajectory(2).obs)
-    grads = jax.grad(lambda p: model.train_forward(p, obs)[2])(params)["params"]
+    grads = jax.jit(jax.grad(lambda p: model.train_forward(p, obs)[2]))(params)["params"]
     norm = optax.tree.norm
     assert float(norm(grads["decoder"])) > 0
     assert float(norm(grads["encoder"]["latent"])) > 0 and float(norm(grads["encoder"]["torso"])) > 0
     assert float(norm(grads["heads"])) == 0.0  # the heads read the latent; they do not reconstruct
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config", [
     ImpalaConfig(latent_size=4, shared_torso=True, hidden_sizes=(16,), reconstruction="sigmoid_ce",
                  optimizer="adam", learning_rate=1e-2, anneal_lr=False),
@@ -112,7 +113,7 @@ def test_update_trains_the_auto_encoder_jointly(config):
     updates on one batch bring that loss down (with masks, and with replay for PPO)."""
     agent = make_agent(config, MaskedObs(OBS_SPEC, ObsSpec((3,), jnp.bool_)), ACTION_SPEC, num_updates=10,
                        axis_name=None)
-    state = agent.init(jax.random.key(3))
+    state = jax.jit(agent.init)(jax.random.key(3))
     before = state.params["params"]
     update = jax.jit(agent.update)
     traj = grid_trajectory(3, masked=True)
@@ -138,7 +139,7 @@ def test_acting_is_legal_and_never_runs_the_decoder():
     """With masks, sampled and greedy actions are legal; acting runs the encoder and heads
     only, so NaN decoder parameters change nothing."""
     model = latent_model()
-    params = model.init(jax.random.key(4))
+    params = jax.jit(model.init)(jax.random.key(4))
     poisoned = jax.tree.map(lambda x: x, params)
     poisoned["params"]["decoder"] = jax.tree.map(lambda x: jnp.full_like(x, jnp.nan), params["params"]["decoder"])
     obs = jax.tree.map(lambda x: x[0], grid_trajectory(4, B=64, masked=True).obs)
@@ -173,8 +174,8 @@ def test_latent_of_a_box_policy_is_gaussian():
     spec = BoxSpec((2,), -1.0, 1.0)
     model = make_actor_critic_model("mlp", (8,), "tanh", True, ObsSpec((5,), jnp.float32), spec, policy_for(spec),
                                     latent_size=3)
-    params = model.init(jax.random.key(6))
-    (mean, log_std), value, loss = model.train_forward(params, jnp.ones((7, 5)))
+    params = jax.jit(model.init)(jax.random.key(6))
+    (mean, log_std), value, loss = jax.jit(model.train_forward)(params, jnp.ones((7, 5)))
     assert mean.shape == log_std.shape == (7, 2) and value.shape == (7,) and np.isfinite(loss)
     assert "log_std" in params["params"]["heads"]
 
