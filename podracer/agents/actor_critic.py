@@ -71,7 +71,8 @@ class ActorCriticModel(NamedTuple):
     minibatches: common.Minibatcher
     forward: Callable[[Params, Any], tuple[Any, Array]]
     network: nn.Module | None = None  # the feed-forward network (None when recurrent)
-    # As `outputs` / `forward`, plus the auxiliary loss (reconstruction; 0 without a latent).
+    # As `outputs` / `forward`, plus the auxiliary loss (reconstruction; 0 without a latent);
+    # `make_actor_critic_model` sets both for every model.
     train_outputs: Callable[[Params, Trajectory], tuple[Any, Array, Array, Array]] | None = None
     train_forward: Callable[[Params, Any], tuple[Any, Array, Array]] | None = None
 
