@@ -84,6 +84,16 @@ def _impala_replay_minatar(env_id: str) -> Config:
     return impala_minatar(env_id, replay_fraction=0.5)
 
 
+def impala_replay_latent_minatar(env_id: str) -> Config:
+    """The RLDM 2019 recipe on MinAtar under Anakin: `impala-replay-*-minatar-anakin` (half of
+    each update replayed) with a compressed latent: one 2 x 256 ReLU encoder into a 32-unit
+    latent that linear policy and value heads read, and a decoder reconstructing the grid,
+    its sigmoid cross-entropy (the cells are 0/1) added to the loss at weight 1."""
+    base = impala_minatar(env_id, replay_fraction=0.5)
+    return dataclasses.replace(base, agent=dataclasses.replace(
+        base.agent, shared_torso=True, latent_size=32, reconstruction="sigmoid_ce", reconstruction_coef=1.0))
+
+
 IMPALA_PRESETS: dict[str, Callable[[], Config]] = {
     "impala-cartpole-anakin": impala_cartpole_anakin,
     "impala-cartpole-sebulba": impala_cartpole_sebulba,
@@ -94,5 +104,9 @@ IMPALA_PRESETS: dict[str, Callable[[], Config]] = {
        for game, env_id in MINATAR_GAMES.items() if game in ("breakout", "space-invaders")},
     **{f"impala-replay-{game}-minatar-anakin": named(
         _impala_replay_minatar, env_id, f"IMPALA on {env_id} with half of each update replayed, 10M env steps")
+       for game, env_id in MINATAR_GAMES.items() if game in ("breakout", "space-invaders")},
+    **{f"impala-replay-latent-{game}-minatar-anakin": named(
+        impala_replay_latent_minatar, env_id,
+        f"IMPALA on {env_id}, half replayed, a 32-unit auto-encoder latent (RLDM 2019 recipe), 10M env steps")
        for game, env_id in MINATAR_GAMES.items() if game in ("breakout", "space-invaders")},
 }

@@ -175,6 +175,14 @@ def ppo_minatar(env_id: str) -> Config:
     )
 
 
+def ppo_vtrace_replay_minatar(env_id: str) -> Config:
+    """PPO with V-trace and replay on MinAtar under Anakin: `ppo-*-minatar-anakin` (gymnax-blines'
+    settings) with V-trace advantages (lambda 0.95) and half of each update replayed."""
+    base = ppo_minatar(env_id)
+    return dataclasses.replace(base, agent=dataclasses.replace(
+        base.agent, advantage="vtrace", vtrace_lambda=0.95, replay_fraction=0.5, replay_capacity=100_000))
+
+
 # Partial observability: recurrent PPO (an LSTM core) beside its feed-forward twin, the same
 # budget and settings but the core.
 
@@ -242,6 +250,9 @@ PPO_PRESETS: dict[str, Callable[[], Config]] = {
     **{f"ppo-{game}-minatar-anakin": named(
         ppo_minatar, env_id, f"PPO on {env_id}, gymnax-blines' settings (2x256 MLP), 10M env steps")
        for game, env_id in MINATAR_GAMES.items()},
+    **{f"ppo-vtrace-replay-{game}-minatar-anakin": named(
+        ppo_vtrace_replay_minatar, env_id, f"PPO with V-trace on {env_id}, half of each update replayed, 10M env steps")
+       for game, env_id in MINATAR_GAMES.items() if game in ("breakout", "space-invaders")},
     "ppo-cartpole-sebulba": ppo_cartpole_sebulba,
     "ppo-pong-sebulba": ppo_pong_sebulba,
     "ppo-breakout-sebulba": ppo_breakout_sebulba,

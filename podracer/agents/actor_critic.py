@@ -13,6 +13,16 @@ observation is read with the state of the episode it ends, not reset). `prepare(
 `[T, B, ...]` learner data into what `minibatches` splits: flat transitions `[T * B, ...]`
 (feed-forward) or whole sequences `[T, B, ...]` (recurrent); `forward(params, inputs)` then
 gives `(out, value)` shaped like a minibatch's leading axes (`[N]` or `[T, b]`).
+`train_outputs` and `train_forward` are the same plus a scalar auxiliary loss that a loss
+function adds: the auto-encoder's reconstruction loss with a latent (`latent_size > 0`,
+`podracer.networks_latent`), 0 otherwise.
+
+With a latent (feed-forward only), the torso feeds a small latent that the policy and value
+heads read alone, and a decoder reconstructs the observation from it; the reconstruction
+loss is trained jointly with the agent's loss, on the same minibatches (RLDM 2019's
+auto-encoder, here with no pre-training phase): the latent then keeps what the policy and
+value need *and* what describes the observation, it follows the agent's data as the policy
+changes what it sees, and one program, one optimizer and one batch pipeline serve both.
 """
 
 from __future__ import annotations
@@ -26,8 +36,11 @@ import jax.numpy as jnp
 from podracer import networks
 from podracer.agents import common
 from podracer.agents.policies import Policy
+from podracer.config import check
+from podracer.networks_latent import Decoder, Encoder, LatentActorCritic, reconstruction_target
 from podracer.networks_recurrent import CORES, CoreState, ResetCore, unroll
-from podracer.ops import masked_logits
+from podracer.ops import masked_logits, reconstruction_loss
+from podracer.ops.losses import RECONSTRUCTIONS
 from podracer.types import (
     ActionSpec,
     Array,
@@ -58,6 +71,25 @@ class ActorCriticModel(NamedTuple):
     minibatches: common.Minibatcher
     forward: Callable[[Params, Any], tuple[Any, Array]]
     network: nn.Module | None = None  # the feed-forward network (None when recurrent)
+    # As `outputs` / `forward`, plus the auxiliary loss (reconstruction; 0 without a latent);
+    # `make_actor_critic_model` sets both for every model.
+    train_outputs: Callable[[Params, Trajectory], tuple[Any, Array, Array, Array]] | None = None
+    train_forward: Callable[[Params, Any], tuple[Any, Array, Array]] | None = None
+
+
+def check_latent(latent_size: int, reconstruction_coef: float, reconstruction: str, core: str,
+                 shared_torso: bool) -> None:
+    """ConfigError naming the field unless the latent settings of an actor-critic config work
+    together (shared by PPO's and IMPALA's `__post_init__`)."""
+    check(latent_size >= 0, "agent.latent_size", "must be >= 0 (0: no latent)", latent_size)
+    check(reconstruction_coef >= 0 and reconstruction_coef == reconstruction_coef, "agent.reconstruction_coef",
+          "must be >= 0", reconstruction_coef)
+    check(reconstruction in RECONSTRUCTIONS, "agent.reconstruction", f"must be one of {RECONSTRUCTIONS}",
+          reconstruction)
+    check(latent_size == 0 or core == "none", "agent.latent_size",
+          "must be 0 with a recurrent core (the latent is for feed-forward agents)", latent_size)
+    check(latent_size == 0 or shared_torso, "agent.shared_torso",
+          "must be true with a latent (the policy and value heads read one latent)", shared_torso)
 
 
 def make_actor_critic_model(
@@ -72,14 +104,24 @@ def make_actor_critic_model(
     core: str = "none",
     core_size: int = 128,
     log_std_init: float = 0.0,
+    latent_size: int = 0,
+    reconstruction: str = "mse",
 ) -> ActorCriticModel:
-    """The model a config asks for: `core` "none" (feed-forward, `common.make_actor_critic`)
-    or "lstm" / "gru" (`RecurrentActorCritic` of `core_size` units)."""
+    """The model a config asks for: `core` "none" (feed-forward, `common.make_actor_critic`;
+    with `latent_size > 0` a `LatentActorCritic` whose reconstruction loss is `reconstruction`,
+    see `podracer.ops.reconstruction_loss`) or "lstm" / "gru" (`RecurrentActorCritic` of
+    `core_size` units)."""
+    if core == "none" and latent_size > 0:
+        network = make_latent_actor_critic(torso, hidden_sizes, activation, obs_spec, action_spec, latent_size,
+                                           log_std_init)
+        return _with_latent(network, obs_spec, policy, reconstruction)
     if core == "none":
         return _feed_forward(common.make_actor_critic(
             torso, hidden_sizes, activation, shared_torso, obs_spec, action_spec, log_std_init), obs_spec, policy)
     if core not in CORES:
         raise ValueError(f"unknown core {core!r}; choose one of {CORE_KINDS}")
+    if latent_size > 0:
+        raise ValueError("a latent (latent_size > 0) is for feed-forward models only")
     heads = _heads(hidden_sizes[-1], activation, shared_torso, action_spec, log_std_init)
     net = RecurrentActorCritic(common.make_torso(torso, hidden_sizes, activation, obs_spec),
                                ResetCore(core, core_size), heads)
@@ -95,6 +137,48 @@ def _heads(size: int, activation: str, shared: bool, action_spec: ActionSpec, lo
     if isinstance(action_spec, BoxSpec):
         return networks.GaussianActorCritic(tuple(action_spec.shape), body(), critic, log_std_init)
     return networks.ActorCritic(action_spec.num_actions, body(), critic)
+
+
+def make_latent_actor_critic(torso: str, hidden_sizes: tuple[int, ...], activation: str, obs_spec: ObservationSpec,
+                             action_spec: ActionSpec, latent_size: int, log_std_init: float = 0.0) -> LatentActorCritic:
+    """`torso -> Dense(latent_size)` shared by linear policy and value heads, and a decoder
+    (one hidden layer of `hidden_sizes[-1]` units) back to the observation's shape."""
+    encoder = Encoder(common.make_torso(torso, hidden_sizes, activation, obs_spec), latent_size, activation)
+    identity = networks.MLP((), activation)  # no layer: the heads are linear in the latent
+    if isinstance(action_spec, BoxSpec):
+        heads = networks.GaussianActorCritic(tuple(action_spec.shape), identity, None, log_std_init)
+    else:
+        heads = networks.ActorCritic(action_spec.num_actions, identity, None)
+    obs_shape = tuple(network_obs_spec(obs_spec).shape)
+    return LatentActorCritic(encoder, heads, Decoder(obs_shape, hidden_sizes[-1], activation))
+
+
+def _with_latent(network: LatentActorCritic, obs_spec: ObservationSpec, policy: Policy,
+                 reconstruction: str) -> ActorCriticModel:
+    """`_feed_forward`'s model (acting runs the encoder and heads only), initialised with
+    the decoder, whose learning functions add the reconstruction loss from the same pass."""
+
+    def apply(params: Params, obs: Observation, num_decoded: int | None):
+        inputs, legal = split_mask(obs)
+        out, value, prediction = network.apply(params, inputs, num_decoded,
+                                               method=LatentActorCritic.with_reconstruction)
+        loss = reconstruction_loss(prediction, reconstruction_target(inputs[:num_decoded]), reconstruction)
+        return (out if legal is None else masked_logits(out, legal)), value, loss
+
+    def train_outputs(params: Params, traj: Trajectory):
+        T, B = traj.reward.shape
+        obs = common.flatten_time_batch(common.concat_time(traj.obs, traj.next_obs))
+        out, value, loss = apply(params, obs, T * B)  # decodes `obs`, the first `T * B`
+        out = jax.tree.map(lambda x: x.reshape((2 * T, B) + x.shape[1:])[:T], out)
+        value = value.reshape((2 * T, B))
+        return out, value[:T], value[T:], loss
+
+    def init(key: PRNGKey) -> Params:
+        obs = zeros_like_spec(network_obs_spec(obs_spec), (1,))
+        return network.init(key, obs, method=LatentActorCritic.with_reconstruction)
+
+    return _feed_forward(network, obs_spec, policy)._replace(
+        init=init, train_outputs=train_outputs, train_forward=lambda params, obs: apply(params, obs, None))
 
 
 def _feed_forward(network: nn.Module, obs_spec: ObservationSpec, policy: Policy) -> ActorCriticModel:
@@ -114,6 +198,8 @@ def _feed_forward(network: nn.Module, obs_spec: ObservationSpec, policy: Policy)
         minibatches=common.shuffled_minibatches,
         forward=lambda params, obs: common.policy_and_value(network, params, obs),
         network=network,
+        train_outputs=lambda params, traj: (*outputs(params, traj), jnp.zeros(())),
+        train_forward=lambda params, obs: (*common.policy_and_value(network, params, obs), jnp.zeros(())),
     )
 
 
@@ -194,4 +280,6 @@ def _recurrent(net: RecurrentActorCritic, obs_spec: ObservationSpec, policy: Pol
         prepare=lambda tree: tree,
         minibatches=common.sequence_minibatches,
         forward=forward,
+        train_outputs=lambda params, traj: (*outputs(params, traj), jnp.zeros(())),
+        train_forward=lambda params, inputs: (*forward(params, inputs), jnp.zeros(())),
     )

@@ -18,7 +18,7 @@ import optax
 
 from podracer import parallel
 from podracer.agents import common
-from podracer.agents.actor_critic import CORE_KINDS, make_actor_critic_model
+from podracer.agents.actor_critic import CORE_KINDS, check_latent, make_actor_critic_model
 from podracer.agents.common import CATEGORICAL
 from podracer.agents.registry import Algorithm
 from podracer.agents.replay_mixing import check_replay, with_replay
@@ -57,6 +57,12 @@ class ImpalaConfig:
     # reset at every episode start; or "none" (feed-forward).
     core: Literal["none", "lstm", "gru"] = "none"
     core_size: int = 256  # units of the recurrent core (the paper's LSTM: 256)
+    # A compressed latent (RLDM 2019's auto-encoder): the torso feeds a Dense of latent_size
+    # units that linear policy and value heads read alone, and a decoder reconstructs the
+    # observation from it, trained jointly with the agent (0: no latent; needs shared_torso).
+    latent_size: int = 0
+    reconstruction_coef: float = 1.0  # weight of the reconstruction loss (with a latent)
+    reconstruction: Literal["mse", "sigmoid_ce"] = "mse"  # squared error, or sigmoid cross-entropy for 0/1 grids
 
     def __post_init__(self) -> None:
         check(self.learning_rate > 0, "agent.learning_rate", "must be > 0", self.learning_rate)
@@ -84,6 +90,7 @@ class ImpalaConfig:
         check(self.replay_capacity >= 1, "agent.replay_capacity", "must be >= 1", self.replay_capacity)
         check(self.core in CORE_KINDS, "agent.core", f"must be one of {CORE_KINDS}", self.core)
         check(self.core_size >= 1, "agent.core_size", "must be >= 1", self.core_size)
+        check_latent(self.latent_size, self.reconstruction_coef, self.reconstruction, self.core, self.shared_torso)
         check(self.core == "none" or self.replay_fraction == 0, "agent.replay_fraction",
               "must be 0 with a recurrent core (replayed sequences do not keep core states)", self.replay_fraction)
 
@@ -133,15 +140,17 @@ def make_impala(
     """
     model = make_actor_critic_model(
         config.torso, config.hidden_sizes, config.activation, config.shared_torso, obs_spec, action_spec,
-        CATEGORICAL, core=config.core, core_size=config.core_size,
+        CATEGORICAL, core=config.core, core_size=config.core_size, latent_size=config.latent_size,
+        reconstruction=config.reconstruction,
     )
     optimizer = make_optimizer(config, num_updates * config.num_epochs * config.num_minibatches)
 
     init = common.make_init(model.init, optimizer)
 
     def loss_fn(params, traj: Trajectory):
-        """The IMPALA loss over a `[T, B]` minibatch of whole sequences."""
-        logits, value, next_value = model.outputs(params, traj)
+        """The IMPALA loss over a `[T, B]` minibatch of whole sequences (plus, with a latent,
+        the reconstruction loss of its observations)."""
+        logits, value, next_value, reconstruction = model.train_outputs(params, traj)
         log_prob = categorical_log_prob(logits, traj.action)
         vtrace = common.vtrace_on_trajectory(
             traj, value, next_value, log_prob, config.gamma, config.vtrace_lambda,
@@ -160,6 +169,9 @@ def make_impala(
             "approx_kl": jnp.mean(jnp.expm1(log_rho) - log_rho),
             "rho_clip_fraction": jnp.mean(log_rho > jnp.log(config.clip_rho_threshold)),
         }
+        if config.latent_size > 0:
+            loss = loss + config.reconstruction_coef * reconstruction
+            metrics.update(loss=loss, reconstruction_loss=reconstruction)
         return loss, metrics
 
     grad_fn = parallel.value_and_mean_grad(loss_fn, axis_name, has_aux=True)

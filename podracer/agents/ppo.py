@@ -21,7 +21,7 @@ import optax
 
 from podracer import parallel
 from podracer.agents import common
-from podracer.agents.actor_critic import CORE_KINDS, ActorCriticModel, make_actor_critic_model
+from podracer.agents.actor_critic import CORE_KINDS, ActorCriticModel, check_latent, make_actor_critic_model
 from podracer.agents.normalization import with_normalization
 from podracer.agents.policies import Policy, policy_for
 from podracer.agents.registry import Algorithm
@@ -83,6 +83,12 @@ class PPOConfig:
     # episode start; minibatches then hold whole sequences), or "none" (feed-forward).
     core: Literal["none", "lstm", "gru"] = "none"
     core_size: int = 128  # units of the recurrent core
+    # A compressed latent (RLDM 2019's auto-encoder): the torso feeds a Dense of latent_size
+    # units that linear policy and value heads read alone, and a decoder reconstructs the
+    # observation from it, trained jointly with the agent (0: no latent; needs shared_torso).
+    latent_size: int = 0
+    reconstruction_coef: float = 1.0  # weight of the reconstruction loss (with a latent)
+    reconstruction: Literal["mse", "sigmoid_ce"] = "mse"  # squared error, or sigmoid cross-entropy for 0/1 grids
 
     def __post_init__(self) -> None:
         check(self.learning_rate > 0, "agent.learning_rate", "must be > 0", self.learning_rate)
@@ -113,8 +119,12 @@ class PPOConfig:
         check(self.replay_capacity >= 1, "agent.replay_capacity", "must be >= 1", self.replay_capacity)
         check(self.core in CORE_KINDS, "agent.core", f"must be one of {CORE_KINDS}", self.core)
         check(self.core_size >= 1, "agent.core_size", "must be >= 1", self.core_size)
+        check_latent(self.latent_size, self.reconstruction_coef, self.reconstruction, self.core, self.shared_torso)
         check(self.core == "none" or self.replay_fraction == 0, "agent.replay_fraction",
               "must be 0 with a recurrent core (replayed sequences do not keep core states)", self.replay_fraction)
+        check(self.latent_size == 0 or self.reconstruction == "mse" or not self.normalize_observations,
+              "agent.reconstruction", "must be 'mse' with normalize_observations (normalised targets leave [0, 1])",
+              self.reconstruction)
         check(self.obs_clip > 0, "agent.obs_clip", "must be > 0", self.obs_clip)
         check(self.reward_clip > 0, "agent.reward_clip", "must be > 0", self.reward_clip)
 
@@ -152,6 +162,7 @@ def make_ppo(
     model = make_actor_critic_model(
         config.torso, config.hidden_sizes, config.activation, config.shared_torso, obs_spec, action_spec, policy,
         core=config.core, core_size=config.core_size, log_std_init=config.log_std_init,
+        latent_size=config.latent_size, reconstruction=config.reconstruction,
     )
     steps_per_update = config.num_epochs * config.num_minibatches
     lr = common.learning_rate(config.learning_rate, config.anneal_lr, num_updates * steps_per_update)
@@ -164,7 +175,7 @@ def make_ppo(
 
     def loss_fn(params, minibatch):
         inputs, action, behaviour_log_prob, old_value, advantage, target = minibatch
-        out, value = model.forward(params, inputs)
+        out, value, reconstruction = model.train_forward(params, inputs)
         log_ratio = policy.log_prob(out, action) - behaviour_log_prob
         if config.normalize_advantages:
             advantage = _normalize(advantage, axis_name)
@@ -181,6 +192,9 @@ def make_ppo(
             "approx_kl": jnp.mean((ratio - 1.0) - log_ratio),
             "clip_fraction": jnp.mean(jnp.abs(ratio - 1.0) > config.clip_eps),
         }
+        if config.latent_size > 0:
+            loss = loss + config.reconstruction_coef * reconstruction
+            metrics.update(loss=loss, reconstruction_loss=reconstruction)
         return loss, metrics
 
     grad_fn = parallel.value_and_mean_grad(loss_fn, axis_name, has_aux=True)

@@ -8,6 +8,7 @@ from podracer.ops.losses import (
                                  entropy_loss,
                                  legal_or_all,
                                  masked_logits,
+                                 reconstruction_loss,
 )
 from podracer.ops.qlearning import (
                                  double_q_learning_target,
@@ -33,7 +34,7 @@ from podracer.ops.vtrace import VTraceOutput, vtrace_td_error_and_advantage
 
 __all__ = [
     "discounted_returns", "gae_advantages", "lambda_returns", "clipped_surrogate_loss", "clipped_value_loss",
-    "entropy_loss",
+    "entropy_loss", "reconstruction_loss",
     "categorical_log_prob", "legal_or_all", "masked_logits", "masked_argmax", "gaussian_entropy",
     "gaussian_log_prob", "gaussian_sample",
     "VTraceOutput", "vtrace_td_error_and_advantage",

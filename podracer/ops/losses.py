@@ -70,3 +70,22 @@ def clipped_value_loss(value: Array, old_value: Array, target: Array, epsilon: f
         clipped = old_value + jnp.clip(value - old_value, -epsilon, epsilon)
         loss = jnp.maximum(loss, jnp.square(clipped - target))
     return 0.5 * jnp.mean(loss)
+
+
+RECONSTRUCTIONS = ("mse", "sigmoid_ce")
+
+
+def reconstruction_loss(prediction: Array, target: Array, kind: str) -> Array:
+    """An auto-encoder's loss, averaged over the batch and every observation entry.
+
+    prediction: the decoder's outputs `[N, ...]`; target: the observation as float `[N, ...]`.
+    `kind` "mse": `mean((prediction - target)^2)`, for any observation; "sigmoid_ce":
+    `mean(-x log sigmoid(z) - (1 - x) log(1 - sigmoid(z)))` with logits `z = prediction` and
+    targets `x` in [0, 1] (binary images such as MinAtar's grids: the Bernoulli likelihood
+    of each cell, as a variational auto-encoder's decoder, Kingma and Welling 2014).
+    """
+    if kind == "mse":
+        return jnp.mean(jnp.square(prediction - target))
+    if kind == "sigmoid_ce":  # log(1 + e^z) - x z, stable for either sign of z
+        return jnp.mean(jax.nn.softplus(prediction) - target * prediction)
+    raise ValueError(f"unknown reconstruction loss {kind!r}; choose one of {RECONSTRUCTIONS}")
