@@ -71,3 +71,16 @@ def test_sizes_are_validated_before_compiling():
         anakin.runner.setup(dataclasses.replace(config, total_env_steps=100))
     with pytest.raises(ConfigError, match="env.id.*CartPole-v1"):
         anakin.runner.setup(dataclasses.replace(config, env=EnvConfig("CartPole-v2")))
+
+
+def test_rollout_step_keys_are_the_per_step_splits():
+    """`step_keys` draws a rollout's keys before its loop (cheaper on CPU): the same keys as
+    splitting inside each step, so trajectories do not depend on where they are drawn."""
+    from anakin.rollout import step_keys
+
+    key, T, B = jax.random.key(7), 5, 3
+    act, env = step_keys(key, T, B)
+    for t, step_key in enumerate(jax.random.split(key, T)):
+        act_key, env_key = jax.random.split(step_key)
+        np.testing.assert_array_equal(jax.random.key_data(act[t]), jax.random.key_data(act_key))
+        np.testing.assert_array_equal(jax.random.key_data(env[t]), jax.random.key_data(jax.random.split(env_key, B)))

@@ -30,7 +30,10 @@ def masked_logits(logits: Array, legal: Array | None) -> Array:
 def categorical_log_prob(logits: Array, action: Array) -> Array:
     """`log pi(a|s)` for logits `[..., A]` and integer actions `[...]`."""
     log_probs = jax.nn.log_softmax(logits)
-    return jnp.take_along_axis(log_probs, action[..., None].astype(jnp.int32), axis=-1)[..., 0]
+    # A select and a sum, not a gather: its gradient is then a select too, not a scatter
+    # (slow on CPU). Exact: the other terms are zeros (never `0 * -inf` for masked actions).
+    chosen = action[..., None].astype(jnp.int32) == jnp.arange(logits.shape[-1], dtype=jnp.int32)
+    return jnp.sum(jnp.where(chosen, log_probs, 0.0), axis=-1)
 
 
 def entropy_loss(logits: Array) -> Array:
