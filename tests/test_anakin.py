@@ -38,7 +38,8 @@ def test_ppo_learns_cartpole_on_4_devices():
 def test_eight_seeds_in_one_program_each_learn():
     preset = PRESETS["ppo-catch-anakin"]()
     config = dataclasses.replace(
-        preset, total_env_steps=51_200, arch=dataclasses.replace(preset.arch, num_seeds=8, updates_per_call=25)
+        preset, total_env_steps=51_200,
+        arch=dataclasses.replace(preset.arch, num_seeds=8, updates_per_call=25, devices=(0,)),
     )
     result = anakin.train(config)
     per_seed = result.metrics[-1]["episode_return_per_seed"]

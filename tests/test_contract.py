@@ -82,11 +82,12 @@ SUPPORTED = [(name, space) for name, space in CASES if supports(name, space)]
 # path differs from the feed-forward one's by nothing but the core, which discrete covers.
 SUPPORTED_KINDS = [(name, kind) for name, kind in KIND_CASES if supports(name, probe_space(name, kind))
                    and not (name.endswith("-lstm") and kind == "box")]
-# The exactness checks (4 devices against 1, Anakin against Sebulba) run one recurrent flavour:
-# what they guard for a recurrent agent, the runners carrying core states and the learner
-# unrolling them, is the same code for every recurrent agent (`podracer.agents.actor_critic`).
+# The costly checks (4 devices against 1, Anakin against Sebulba, learning) run one recurrent
+# flavour: what they guard for a recurrent agent, the runners carrying core states and the
+# learner unrolling them, is the same code for every recurrent agent
+# (`podracer.agents.actor_critic`); the cheap checks run them all.
 RECURRENT = [name for name in NAMES if name.endswith("-lstm")]
-EXACT_KINDS = [(name, kind) for name, kind in SUPPORTED_KINDS if name not in RECURRENT[1:]]
+COSTLY_KINDS = [(name, kind) for name, kind in SUPPORTED_KINDS if name not in RECURRENT[1:]]
 
 
 def arch_config(arch: str, rollout_length: int, envs_per_device: int, **kwargs) -> AnakinConfig | SebulbaConfig:
@@ -240,7 +241,7 @@ def test_act_and_greedy_act_agree_with_the_spec(name, space):
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("name, kind", EXACT_KINDS)
+@pytest.mark.parametrize("name, kind", COSTLY_KINDS)
 def test_update_on_four_devices_equals_the_global_batch_on_one(name, kind):
     """With the algorithm's split-invariant config (`Algorithm.exact_config`), Sebulba's
     learner step on 4 devices gives the state `agent.update` gives the whole batch on one
@@ -251,7 +252,7 @@ def test_update_on_four_devices_equals_the_global_batch_on_one(name, kind):
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("name, kind", EXACT_KINDS)
+@pytest.mark.parametrize("name, kind", COSTLY_KINDS)
 def test_anakin_and_sebulba_give_the_same_update(name, kind):
     """The same trajectories, keys (`anakin.program.iteration_keys`) and state give the same
     parameters through Anakin's compiled program and Sebulba's learner step (2 devices
@@ -262,7 +263,7 @@ def test_anakin_and_sebulba_give_the_same_update(name, kind):
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("name, kind", SUPPORTED_KINDS)
+@pytest.mark.parametrize("name, kind", COSTLY_KINDS)
 def test_learns_its_probe(name, kind, tmp_path):
     """The algorithm's probe config learns the probe of each action space it declares under
     Anakin; with masks, no illegal action is ever taken (every episode lasts one step), and

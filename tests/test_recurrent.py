@@ -161,6 +161,7 @@ def test_anakin_resume_with_recurrent_state_is_exact(tmp_path):
     from tests.helpers import TINY, assert_trees_equal, comparable, read_rows
 
     config = dataclasses.replace(TINY, agent=dataclasses.replace(TINY.agent, core="gru", core_size=8),
+                                 arch=dataclasses.replace(TINY.arch, num_seeds=1),
                                  total_env_steps=TINY.total_env_steps // 2)
     full = train_lib.train(dataclasses.replace(config, run_dir=str(tmp_path / "full")))
     stops = iter([False, True])
