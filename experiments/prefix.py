@@ -151,6 +151,17 @@ def show_front(directory: str, out: str | None = None, pool: RewardPool | None =
     return summary
 
 
+def check_writable_out(out: str) -> None:
+    """Create `out` and check that files can be written there; ConfigError naming `--out`."""
+    try:
+        os.makedirs(out, exist_ok=True)
+        probe = os.path.join(out, ".write-test")
+        open(probe, "w").close()
+        os.remove(probe)
+    except OSError as error:
+        raise ConfigError(f"--out {out!r} is not writable: {error.strerror}") from None
+
+
 def run_baseline(bits: int, method: str, budget: int, out: str, cost: str = "synthesis", seed: int = 0,
                  workers: int | None = None, cache_path: str | None = None) -> dict[str, Any]:
     """`podracer prefix-baseline`: search, write `OUT/designs.jsonl`, then `show_front(OUT)`."""
@@ -160,13 +171,7 @@ def run_baseline(bits: int, method: str, budget: int, out: str, cost: str = "syn
         raise ConfigError(f"--budget must be >= 1, got {budget}")
     if method not in METHODS:
         raise ConfigError(f"--method must be one of {METHODS}, got {method!r}")
-    try:
-        os.makedirs(out, exist_ok=True)
-        probe = os.path.join(out, ".write-test")
-        open(probe, "w").close()
-        os.remove(probe)
-    except OSError as error:
-        raise ConfigError(f"--out {out!r} is not writable: {error.strerror}") from None
+    check_writable_out(out)
     pool, model = make_pool(cost, workers, cache_path)
     try:
         start = time.perf_counter()

@@ -18,8 +18,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from podracer.types import CoreState  # LSTM: (c, h), each [B, size]; GRU: h [B, size]
+
 Array = jax.Array
-CoreState = Any  # LSTM: (c, h), each [B, size]; GRU: h [B, size]
 
 CORES = ("lstm", "gru")
 

@@ -129,9 +129,9 @@ def compare(out: str, budget: int | None = None, config: Config | None = None, r
     """The comparison (see the module docstring): train `config` until `budget` syntheses
     (its `run_dir` defaults to `OUT/agent-run`), or read the finished `run_dir`; then both
     baselines with the agent's count as their budget. Writes and returns the table."""
-    from experiments.prefix import make_pool, run_baseline, show_front
+    from experiments.prefix import check_writable_out, make_pool, run_baseline, show_front
 
-    _check_out(out)
+    check_writable_out(out)
     trained: dict[str, Any] = {}
     if run_dir is None:
         if config is None or budget is None or budget < 1:
@@ -175,16 +175,6 @@ def _verdict(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return {"baseline_hypervolume": {m: round(v, 5) for m, v in means.items()},
             "agent_beats": {m: agent > v for m, v in means.items()},
             "agent_dominates_targets": all(rows["agent"][f"dominates_{name}"] for name in TARGETS)}
-
-
-def _check_out(out: str) -> None:
-    try:
-        os.makedirs(out, exist_ok=True)
-        probe = os.path.join(out, ".write-test")
-        open(probe, "w").close()
-        os.remove(probe)
-    except OSError as error:
-        raise ConfigError(f"--out {out!r} is not writable: {error.strerror}") from None
 
 
 def format_table(table: dict[str, Any]) -> str:

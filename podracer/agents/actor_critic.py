@@ -70,11 +70,10 @@ class ActorCriticModel(NamedTuple):
     prepare: Callable[[Any], Any]  # `[T, B, ...]` data -> what `minibatches` splits
     minibatches: common.Minibatcher
     forward: Callable[[Params, Any], tuple[Any, Array]]
+    # As `outputs` / `forward`, plus the auxiliary loss (reconstruction; 0 without a latent).
+    train_outputs: Callable[[Params, Trajectory], tuple[Any, Array, Array, Array]]
+    train_forward: Callable[[Params, Any], tuple[Any, Array, Array]]
     network: nn.Module | None = None  # the feed-forward network (None when recurrent)
-    # As `outputs` / `forward`, plus the auxiliary loss (reconstruction; 0 without a latent);
-    # `make_actor_critic_model` sets both for every model.
-    train_outputs: Callable[[Params, Trajectory], tuple[Any, Array, Array, Array]] | None = None
-    train_forward: Callable[[Params, Any], tuple[Any, Array, Array]] | None = None
 
 
 def check_latent(latent_size: int, reconstruction_coef: float, reconstruction: str, core: str,
