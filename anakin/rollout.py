@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from podracer import parallel
 from podracer.envs import JaxEnv
 from podracer.runner.episodes import EpisodeStats
 from podracer.types import Agent, Array, Params, PRNGKey, Trajectory
@@ -31,7 +32,8 @@ class EnvCarry(NamedTuple):
 
 def reset_envs(env: JaxEnv, env_params: Any, key: PRNGKey, num_envs: int, agent: Agent | None = None) -> EnvCarry:
     """Fresh environments, and `agent`'s initial acting state for them if it is recurrent."""
-    env_state, obs = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(key, num_envs), env_params)
+    reset = parallel.without_vma_check(jax.vmap(env.reset, in_axes=(0, None)))
+    env_state, obs = reset(jax.random.split(key, num_envs), env_params)
     core, start = (None, None) if agent is None else agent.initial_acting_state(num_envs)
     return EnvCarry(env_state, obs, core, start)
 
@@ -58,7 +60,9 @@ def rollout(
     """Run `length` steps of a batch of environments: a `[T, B, ...]` trajectory (for a
     recurrent agent with `start` and the sequence's first core state, `Trajectory.core`)."""
     num_envs = jax.tree.leaves(carry.obs)[0].shape[0]
-    step_env = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+    # Environments are third-party code (gymnax's MinAtar games start `while_loop`s from
+    # constants), so they run outside `shard_map`'s device-variance typing.
+    step_env = parallel.without_vma_check(jax.vmap(env.step, in_axes=(0, 0, 0, None)))
 
     def step(carry, keys):
         act_key, env_keys = keys

@@ -85,3 +85,16 @@ def test_rollout_step_keys_are_the_per_step_splits():
         act_key, env_key = jax.random.split(step_key)
         np.testing.assert_array_equal(jax.random.key_data(act[t]), jax.random.key_data(act_key))
         np.testing.assert_array_equal(jax.random.key_data(env[t]), jax.random.key_data(jax.random.split(env_key, B)))
+
+
+def test_an_env_whose_step_loops_from_constants_runs_on_2_devices():
+    """gymnax's Asterix-MinAtar starts a `while_loop` from constants and carries values that
+    depend on the step's key: `shard_map`'s device-variance typing rejected it ("carry input
+    and carry output must have equal types") until environments ran outside that typing.
+    Two calls of one update of a small PPO on 2 devices."""
+    config = Config(env=EnvConfig("Asterix-MinAtar"), agent=PPOConfig(num_minibatches=2, hidden_sizes=(16,)),
+                    arch=AnakinConfig(num_envs=4, rollout_length=64, updates_per_call=1, devices=(0, 1)),
+                    total_env_steps=2 * 4 * 64)
+    result = anakin.train(config)
+    assert [row["env_steps"] for row in result.metrics] == [256, 512]
+    assert all(np.isfinite(row["loss"]) for row in result.metrics)
