@@ -164,7 +164,7 @@ def train(
     s = prepared if prepared is not None else setup(config)
     with waits.waiting("every process to connect its devices"):
         distributed.connect(s.mesh, config.distributed.timeout_s)
-    state, progress = hooks.start(initial_state(config, s))
+    state, progress = hooks.start(initial_state(config, s), config.checkpoint.init_from, seed_axis=True)
     train_call = make_train_call(s.env, s.env_params, s.agent, s.mesh, config.arch.rollout_length)
     # Compiled here, so that no wait on the other processes (a dispatch) includes compiling.
     train_call = train_call.lower(state, jnp.int32(config.arch.updates_per_call)).compile()

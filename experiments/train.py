@@ -24,6 +24,7 @@ from podracer.checkpoint import Checkpointer, NoCheckpointError, Progress, check
 from podracer.config import Config, ConfigError, DistributedConfig
 from podracer.distributed import NO_WAITS, Waits
 from podracer.logging import ConsoleProgress, JsonlSink, MultiSink, TensorBoardSink, WandbSink, wandb_available
+from podracer.runner.warm_start import check_source
 
 MetricsCallback = Callable[[dict[str, Any]], None]
 
@@ -123,7 +124,7 @@ def train(
         timeout_s = config.distributed.timeout_s
         given = config.run_dir or (default_run_dir(name) if distributed.is_leader() else None)
         config = startup.agree_on_config(config, given, None, timeout_s)
-        prepared = check_setup(runner, config, waits)
+        prepared = check_setup(runner, config, waits, new_run=True)
         startup.check_shared_storage(config.run_dir, lambda: prepare_run_dir(config.run_dir, config), timeout_s)
         return _run(runner, config, prepared, console, on_metrics, should_stop, None, waits)
 
@@ -168,15 +169,23 @@ def latest_progress(run_dir: str) -> Progress:
         return checkpoints.progress()
 
 
-def check_setup(runner: Any, config: Config, waits: Waits) -> Any:
-    """Step 3 of `experiments.startup`: the runner's checks on every process. Returns the
-    runner's `setup(config)`, which the runner then uses (a run sets up once)."""
+def check_setup(runner: Any, config: Config, waits: Waits, new_run: bool = False) -> Any:
+    """Step 3 of `experiments.startup`: the runner's checks on every process (for a new
+    run, also that `checkpoint.init_from` holds a checkpoint). Returns the runner's
+    `setup(config)`, which the runner then uses (a run sets up once)."""
     if distributed.process_count() > 1:
         import jax
 
         with waits.waiting("every process's devices"):
             jax.devices()  # every process joins the backend's device exchange here
-    prepared, error = startup.attempt(lambda: (runner.setup(config), check_logging(config))[0])
+    def checks() -> Any:
+        prepared = runner.setup(config)
+        check_logging(config)
+        if new_run and config.checkpoint.init_from is not None:
+            check_source(config.checkpoint.init_from, prepared.agent)
+        return prepared
+
+    prepared, error = startup.attempt(checks)
     startup.gather("setup", {"error": error}, config.distributed.timeout_s)
     return prepared
 

@@ -106,6 +106,11 @@ class Checkpointer:
         )
         self._manager.wait_until_finished()
 
+    def leaf_signatures(self, step: int | None = None) -> dict[str, list[Any]]:
+        """`{path: [shape, dtype]}` of every leaf of a checkpoint (the latest by default),
+        without its arrays."""
+        return self._host(step)["leaves"]
+
     def progress(self, step: int | None = None) -> Progress:
         """The host counters of a checkpoint (the latest by default), without its arrays."""
         return Progress.from_json(self._host(step)["progress"])

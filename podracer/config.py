@@ -85,10 +85,15 @@ class CheckpointConfig:
 
     every_updates: int = 100  # a checkpoint after the host call that reaches each multiple of this; 0: none
     keep: int = 3  # the newest `keep` checkpoints are kept
+    # a run directory: a new run's agent parameters start from its latest checkpoint
+    # (podracer.runner.warm_start; optimizer, replay and counters start fresh); None: fresh
+    init_from: str | None = None
 
     def __post_init__(self) -> None:
         check(self.every_updates >= 0, "checkpoint.every_updates", "must be >= 0", self.every_updates)
         check(self.keep >= 1, "checkpoint.keep", "must be >= 1", self.keep)
+        check(self.init_from is None or bool(self.init_from), "checkpoint.init_from",
+              "must be a run directory (or None)", self.init_from)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,6 +13,7 @@ from typing import Any, Callable
 from podracer.checkpoint import Checkpoints, Progress
 from podracer.distributed import NO_WAITS, Waits
 from podracer.runner.guard import describe_kept
+from podracer.runner.warm_start import warm_params
 
 MetricsCallback = Callable[[dict[str, Any]], None]
 
@@ -44,12 +45,17 @@ class Hooks:
     def stop_requested(self) -> bool:
         return self.should_stop is not None and bool(self.should_stop())
 
-    def start(self, initial: Any) -> tuple[Any, Progress]:
-        """`(state, progress)` to start from: `initial` for a new run; on `resume`, the latest
-        checkpoint shaped and placed like `initial`."""
-        if not self.resume:
-            return initial, Progress()
-        return self.checkpointer.restore(initial)
+    def start(self, initial: Any, init_from: str | None = None, seed_axis: bool = False) -> tuple[Any, Progress]:
+        """`(state, progress)` to start from: on `resume`, the latest checkpoint shaped and
+        placed like `initial`; for a new run `initial`, its agent parameters taken from the
+        run `init_from` if given (`podracer.runner.warm_start`; `seed_axis`: `initial`'s
+        leaves lead with a seed axis). `initial` has an `agent` (`AgentState`) field."""
+        if self.resume:
+            return self.checkpointer.restore(initial)
+        if init_from is not None:
+            params = warm_params(initial.agent.params, init_from, seed_axis)
+            initial = initial._replace(agent=initial.agent.replace(params=params))
+        return initial, Progress()
 
     def save(self, state: Any, progress: Progress) -> None:
         """Checkpoint `state` after `progress.updates` updates (nothing without a checkpointer)."""
