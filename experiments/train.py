@@ -171,13 +171,14 @@ def latest_progress(run_dir: str) -> Progress:
 
 def check_setup(runner: Any, config: Config, waits: Waits, new_run: bool = False) -> Any:
     """Step 3 of `experiments.startup`: the runner's checks on every process (for a new
-    run, also that `checkpoint.init_from` holds a checkpoint). Returns the runner's
+    run, also that `checkpoint.init_from` holds parameters that fit the agent). Returns the runner's
     `setup(config)`, which the runner then uses (a run sets up once)."""
     if distributed.process_count() > 1:
         import jax
 
         with waits.waiting("every process's devices"):
             jax.devices()  # every process joins the backend's device exchange here
+
     def checks() -> Any:
         prepared = runner.setup(config)
         check_logging(config)
