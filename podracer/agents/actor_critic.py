@@ -76,19 +76,24 @@ class ActorCriticModel(NamedTuple):
     network: nn.Module | None = None  # the feed-forward network (None when recurrent)
 
 
-def check_latent(latent_size: int, reconstruction_coef: float, reconstruction: str, core: str,
-                 shared_torso: bool) -> None:
-    """ConfigError naming the field unless the latent settings of an actor-critic config work
-    together (shared by PPO's and IMPALA's `__post_init__`)."""
+def check_model_fields(config: Any) -> None:
+    """ConfigError naming the field unless an actor-critic config's recurrent-core and latent
+    settings work together (shared by PPO's and IMPALA's `__post_init__`): its `core`,
+    `core_size`, `latent_size`, `reconstruction_coef`, `reconstruction`, `shared_torso` and
+    `replay_fraction`."""
+    check(config.core in CORE_KINDS, "agent.core", f"must be one of {CORE_KINDS}", config.core)
+    check(config.core_size >= 1, "agent.core_size", "must be >= 1", config.core_size)
+    latent_size, coef = config.latent_size, config.reconstruction_coef
     check(latent_size >= 0, "agent.latent_size", "must be >= 0 (0: no latent)", latent_size)
-    check(reconstruction_coef >= 0 and reconstruction_coef == reconstruction_coef, "agent.reconstruction_coef",
-          "must be >= 0", reconstruction_coef)
-    check(reconstruction in RECONSTRUCTIONS, "agent.reconstruction", f"must be one of {RECONSTRUCTIONS}",
-          reconstruction)
-    check(latent_size == 0 or core == "none", "agent.latent_size",
+    check(coef >= 0 and coef == coef, "agent.reconstruction_coef", "must be >= 0", coef)
+    check(config.reconstruction in RECONSTRUCTIONS, "agent.reconstruction", f"must be one of {RECONSTRUCTIONS}",
+          config.reconstruction)
+    check(latent_size == 0 or config.core == "none", "agent.latent_size",
           "must be 0 with a recurrent core (the latent is for feed-forward agents)", latent_size)
-    check(latent_size == 0 or shared_torso, "agent.shared_torso",
-          "must be true with a latent (the policy and value heads read one latent)", shared_torso)
+    check(latent_size == 0 or config.shared_torso, "agent.shared_torso",
+          "must be true with a latent (the policy and value heads read one latent)", config.shared_torso)
+    check(config.core == "none" or config.replay_fraction == 0, "agent.replay_fraction",
+          "must be 0 with a recurrent core (replayed sequences do not keep core states)", config.replay_fraction)
 
 
 def make_actor_critic_model(

@@ -18,7 +18,7 @@ import optax
 
 from podracer import parallel
 from podracer.agents import common
-from podracer.agents.actor_critic import CORE_KINDS, check_latent, make_actor_critic_model
+from podracer.agents.actor_critic import check_model_fields, make_actor_critic_model
 from podracer.agents.common import CATEGORICAL
 from podracer.agents.registry import Algorithm
 from podracer.agents.replay_mixing import check_replay, with_replay
@@ -88,11 +88,7 @@ class ImpalaConfig:
               self.activation)
         check(0 <= self.replay_fraction < 1, "agent.replay_fraction", "must be in [0, 1)", self.replay_fraction)
         check(self.replay_capacity >= 1, "agent.replay_capacity", "must be >= 1", self.replay_capacity)
-        check(self.core in CORE_KINDS, "agent.core", f"must be one of {CORE_KINDS}", self.core)
-        check(self.core_size >= 1, "agent.core_size", "must be >= 1", self.core_size)
-        check_latent(self.latent_size, self.reconstruction_coef, self.reconstruction, self.core, self.shared_torso)
-        check(self.core == "none" or self.replay_fraction == 0, "agent.replay_fraction",
-              "must be 0 with a recurrent core (replayed sequences do not keep core states)", self.replay_fraction)
+        check_model_fields(self)
 
     def check_batch(self, batch: BatchShape) -> None:
         """Raise ConfigError unless one device's `B` environments split into

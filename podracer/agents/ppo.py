@@ -21,7 +21,7 @@ import optax
 
 from podracer import parallel
 from podracer.agents import common
-from podracer.agents.actor_critic import CORE_KINDS, ActorCriticModel, check_latent, make_actor_critic_model
+from podracer.agents.actor_critic import ActorCriticModel, check_model_fields, make_actor_critic_model
 from podracer.agents.normalization import with_normalization
 from podracer.agents.policies import Policy, policy_for
 from podracer.agents.registry import Algorithm
@@ -117,11 +117,7 @@ class PPOConfig:
         check(self.replay_fraction == 0 or self.advantage == "vtrace", "agent.replay_fraction",
               "needs agent.advantage vtrace (replayed data is off-policy)", self.replay_fraction)
         check(self.replay_capacity >= 1, "agent.replay_capacity", "must be >= 1", self.replay_capacity)
-        check(self.core in CORE_KINDS, "agent.core", f"must be one of {CORE_KINDS}", self.core)
-        check(self.core_size >= 1, "agent.core_size", "must be >= 1", self.core_size)
-        check_latent(self.latent_size, self.reconstruction_coef, self.reconstruction, self.core, self.shared_torso)
-        check(self.core == "none" or self.replay_fraction == 0, "agent.replay_fraction",
-              "must be 0 with a recurrent core (replayed sequences do not keep core states)", self.replay_fraction)
+        check_model_fields(self)
         check(self.latent_size == 0 or self.reconstruction == "mse" or not self.normalize_observations,
               "agent.reconstruction", "must be 'mse' with normalize_observations (normalised targets leave [0, 1])",
               self.reconstruction)

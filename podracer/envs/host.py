@@ -170,8 +170,7 @@ def _host_backend(env_config: EnvConfig) -> str:
     `env.backend` says), else "envpool", "gymnasium" or "jax" (a JAX environment stepped on
     the host, `podracer.envs.jax_host`), the first that has the id.
 
-    Raises UnknownEnvError (listing close matches) when the chosen backend lacks the id, and
-    ConfigError when `env.params` is set for a backend other than "jax".
+    Raises UnknownEnvError (listing close matches) when the chosen backend lacks the id.
     """
     from podracer.envs import envpool_env, gymnasium_env, jax_env_ids, unknown_env_error
 

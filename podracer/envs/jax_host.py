@@ -11,6 +11,7 @@ tasks: an environment written in JAX is faster under Anakin.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
@@ -22,8 +23,6 @@ from podracer.envs.host import HostStep
 
 def _jax_env(env_config: EnvConfig) -> Any:
     """The JAX environment with `env_config.params` set (`observe` is the host wrapper's)."""
-    import dataclasses
-
     from podracer.envs import make_configured_jax_env
 
     return make_configured_jax_env(dataclasses.replace(env_config, observe=()))

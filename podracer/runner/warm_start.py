@@ -76,10 +76,8 @@ def check_source(run_dir: str, agent: Agent) -> None:
 
 @contextlib.contextmanager
 def _source(run_dir: str) -> Iterator[Checkpointer]:
-    try:
+    try:  # NoCheckpointError: no directory (opening it), or no complete checkpoint (reading one)
         with Checkpointer(checkpoint_dir(run_dir), read_only=True) as checkpoints:
-            if checkpoints.latest_step() is None:
-                raise NoCheckpointError(f"no checkpoint in {checkpoints.directory}")
             yield checkpoints
     except NoCheckpointError as error:
         raise ConfigError(f"{FIELD}: {error}") from None
