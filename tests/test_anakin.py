@@ -15,6 +15,7 @@ from tests.helpers import tree_allclose
 
 
 @pytest.mark.slow
+@pytest.mark.optimized
 @pytest.mark.timeout(240)
 def test_ppo_learns_cartpole_on_4_devices():
     """The ppo-cartpole-anakin preset, unchanged, on 4 fake devices: return near 500."""
@@ -34,6 +35,7 @@ def test_ppo_learns_cartpole_on_4_devices():
 
 
 @pytest.mark.slow
+@pytest.mark.optimized
 @pytest.mark.timeout(180)
 def test_eight_seeds_in_one_program_each_learn():
     preset = PRESETS["ppo-catch-anakin"]()

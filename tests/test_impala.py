@@ -114,6 +114,7 @@ def test_impala_learns_cartpole():
 
 
 @pytest.mark.slow
+@pytest.mark.optimized
 @pytest.mark.timeout(240)
 def test_ppo_vtrace_learns_cartpole():
     """The preset (500k env steps, on one device): a stretch of 4 rows (64k env steps) at 450

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from tests.helpers import REPO
+from tests.helpers import REPO, subprocess_env
 
 NOTEBOOKS = sorted(glob.glob(os.path.join(REPO, "experiments", "notebooks", "*.ipynb")))
 
@@ -19,7 +19,7 @@ def test_notebook_runs(path, tmp_path, monkeypatch):
 
     monkeypatch.setenv("PYTHONPATH", REPO)
     monkeypatch.setenv("JAX_PLATFORMS", "cpu")
-    monkeypatch.setenv("XLA_FLAGS", "")
+    monkeypatch.setenv("XLA_FLAGS", subprocess_env().get("XLA_FLAGS", ""))  # one device, conftest's fast compile
     monkeypatch.setenv("PODRACER_NOTEBOOK_STEPS", "4096")
     monkeypatch.setenv("PODRACER_NOTEBOOK_EPISODES", "10")
     monkeypatch.setenv("PODRACER_NOTEBOOK_RUNS", str(tmp_path / "runs"))

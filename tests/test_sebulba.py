@@ -97,6 +97,7 @@ def test_policy_lag_one_runs_ahead_and_is_reported():
 
 
 @pytest.mark.slow
+@pytest.mark.optimized
 @pytest.mark.timeout(180)
 def test_ppo_cartpole_sebulba_learns_on_four_devices():
     """1 actor device, 3 learner devices (the default layout on 4), on-policy."""
