@@ -62,6 +62,16 @@ def impala_replay_pong_sebulba() -> Config:
                                                                replay_capacity=20_000))
 
 
+def impala_replay_latent_pong_sebulba() -> Config:
+    """The RLDM 2019 recipe on Pong: `impala-replay-pong-sebulba` with a compressed latent,
+    the IMPALA ResNet torso into a 64-unit latent that linear policy and value heads read,
+    and a decoder reconstructing the four stacked frames (squared error on [0, 1] pixels,
+    weight 1), trained with the agent."""
+    base = impala_replay_pong_sebulba()
+    return dataclasses.replace(base, agent=dataclasses.replace(
+        base.agent, latent_size=64, reconstruction="mse", reconstruction_coef=1.0))
+
+
 def impala_minatar(env_id: str, replay_fraction: float = 0.0) -> Config:
     """IMPALA on a MinAtar game under Anakin: 64 envs x 32 steps, Adam at a constant 5e-4,
     one pass of 4 minibatches of whole sequences, V-trace lambda 0.95, entropy 0.01,
@@ -99,6 +109,7 @@ IMPALA_PRESETS: dict[str, Callable[[], Config]] = {
     "impala-cartpole-sebulba": impala_cartpole_sebulba,
     "impala-pong-sebulba": impala_pong_sebulba,
     "impala-replay-pong-sebulba": impala_replay_pong_sebulba,
+    "impala-replay-latent-pong-sebulba": impala_replay_latent_pong_sebulba,
     **{f"impala-{game}-minatar-anakin": named(
         impala_minatar, env_id, f"IMPALA on {env_id} (2x256 MLP, Adam), 10M env steps")
        for game, env_id in MINATAR_GAMES.items() if game in ("breakout", "space-invaders")},

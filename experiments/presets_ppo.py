@@ -99,6 +99,14 @@ def ppo_vtrace_pong_sebulba() -> Config:
     return _with_vtrace(ppo_pong_sebulba())  # whose actors already lag one version
 
 
+def ppo_vtrace_replay_pong_sebulba() -> Config:
+    """`ppo-vtrace-pong-sebulba` with half of each update's sequences replayed from a 20k-step
+    buffer per learner device (as `impala-replay-pong-sebulba`)."""
+    base = ppo_vtrace_pong_sebulba()
+    return dataclasses.replace(base, agent=dataclasses.replace(base.agent, replay_fraction=0.5,
+                                                               replay_capacity=20_000))
+
+
 # Continuous control: a Gaussian policy, observation normalisation and reward scaling,
 # after CleanRL's `ppo_continuous_action.py`.
 
@@ -257,6 +265,7 @@ PPO_PRESETS: dict[str, Callable[[], Config]] = {
     "ppo-pong-sebulba": ppo_pong_sebulba,
     "ppo-breakout-sebulba": ppo_breakout_sebulba,
     "ppo-vtrace-pong-sebulba": ppo_vtrace_pong_sebulba,
+    "ppo-vtrace-replay-pong-sebulba": ppo_vtrace_replay_pong_sebulba,
     "ppo-halfcheetah-sebulba": ppo_halfcheetah_sebulba,
     "ppo-lstm-memory-chain-anakin": ppo_lstm_memory_chain_anakin,
     "ppo-memory-chain-anakin": ppo_memory_chain_anakin,
