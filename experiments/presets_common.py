@@ -37,6 +37,16 @@ def sebulba_twin(anakin: Config, arch: SebulbaConfig, **changes: Any) -> Config:
     return dataclasses.replace(anakin, arch=arch, **changes)
 
 
+def with_agent(base: Config, **changes: Any) -> Config:
+    """`base` with the agent fields `changes` replaced (a variant of a preset)."""
+    return dataclasses.replace(base, agent=dataclasses.replace(base.agent, **changes))
+
+
+# Replay for V-trace agents on Atari: half of each update replayed from a buffer of 20k steps
+# per learner device (Atari steps are large: observation and next observation, 56 KB each).
+ATARI_REPLAY = {"replay_fraction": 0.5, "replay_capacity": 20_000}
+
+
 def named(make: Callable[[str], Config], env_id: str, doc: str) -> Callable[[], Config]:
     """A preset (a no-argument function with `doc` as its description) that builds
     `make(env_id)`: one recipe applied to several environments."""

@@ -11,7 +11,7 @@ import dataclasses
 from typing import Callable
 
 from anakin.config import AnakinConfig
-from experiments.presets_common import MINATAR_GAMES, atari_env, named, sebulba_twin
+from experiments.presets_common import ATARI_REPLAY, MINATAR_GAMES, atari_env, named, sebulba_twin, with_agent
 from podracer.agents import ImpalaConfig
 from podracer.config import Config, EnvConfig
 from sebulba.config import SebulbaConfig
@@ -57,9 +57,7 @@ def impala_replay_pong_sebulba() -> Config:
     half of each update's sequences are replayed from a 20k-step buffer per learner device
     (Atari steps are large: observation and next observation, 56 KB each) and V-trace
     corrects them."""
-    base = impala_pong_sebulba()
-    return dataclasses.replace(base, agent=dataclasses.replace(base.agent, replay_fraction=0.5,
-                                                               replay_capacity=20_000))
+    return with_agent(impala_pong_sebulba(), **ATARI_REPLAY)
 
 
 def impala_replay_latent_pong_sebulba() -> Config:
@@ -67,9 +65,7 @@ def impala_replay_latent_pong_sebulba() -> Config:
     the IMPALA ResNet torso into a 64-unit latent that linear policy and value heads read,
     and a decoder reconstructing the four stacked frames (squared error on [0, 1] pixels,
     weight 1), trained with the agent."""
-    base = impala_replay_pong_sebulba()
-    return dataclasses.replace(base, agent=dataclasses.replace(
-        base.agent, latent_size=64, reconstruction="mse", reconstruction_coef=1.0))
+    return with_agent(impala_replay_pong_sebulba(), latent_size=64, reconstruction="mse", reconstruction_coef=1.0)
 
 
 def impala_minatar(env_id: str, replay_fraction: float = 0.0) -> Config:

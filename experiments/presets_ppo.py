@@ -7,7 +7,7 @@ import dataclasses
 from typing import Callable
 
 from anakin.config import AnakinConfig
-from experiments.presets_common import MINATAR_GAMES, atari_env, named, sebulba_twin
+from experiments.presets_common import ATARI_REPLAY, MINATAR_GAMES, atari_env, named, sebulba_twin, with_agent
 from podracer.agents import PPOConfig
 from podracer.config import Config, EnvConfig
 from sebulba.config import SebulbaConfig
@@ -85,7 +85,7 @@ def ppo_breakout_sebulba() -> Config:
 
 
 def _with_vtrace(base: Config) -> Config:
-    return dataclasses.replace(base, agent=dataclasses.replace(base.agent, advantage="vtrace"))
+    return with_agent(base, advantage="vtrace")
 
 
 def ppo_vtrace_cartpole_anakin() -> Config:
@@ -102,9 +102,7 @@ def ppo_vtrace_pong_sebulba() -> Config:
 def ppo_vtrace_replay_pong_sebulba() -> Config:
     """`ppo-vtrace-pong-sebulba` with half of each update's sequences replayed from a 20k-step
     buffer per learner device (as `impala-replay-pong-sebulba`)."""
-    base = ppo_vtrace_pong_sebulba()
-    return dataclasses.replace(base, agent=dataclasses.replace(base.agent, replay_fraction=0.5,
-                                                               replay_capacity=20_000))
+    return with_agent(ppo_vtrace_pong_sebulba(), **ATARI_REPLAY)
 
 
 # Continuous control: a Gaussian policy, observation normalisation and reward scaling,

@@ -28,8 +28,9 @@ import pytest  # noqa: E402
 jax.config.update("jax_num_cpu_devices", 4)
 
 
-# What `_FAST_COMPILE` turns off, for the tests whose time goes into running rather than
-# compiling (`@pytest.mark.optimized`: long learning runs, 2x faster with it).
+# `_FAST_COMPILE` with LLVM's optimisation level raised to 1, for the tests whose time goes
+# into running rather than compiling (`@pytest.mark.optimized`: long learning runs, about 2x
+# faster with it; full optimisation runs no faster and compiles slower).
 _OPTIMIZED = {"xla_backend_optimization_level": 1, "xla_llvm_disable_expensive_passes": True}
 
 
