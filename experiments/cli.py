@@ -268,6 +268,33 @@ def use_cpu_devices(count: int | None) -> None:
     jax.config.update("jax_num_cpu_devices", count)
 
 
+COMPILATION_CACHE_ENV = "PODRACER_COMPILATION_CACHE"
+
+
+def use_compilation_cache() -> str | None:
+    """Turn on JAX's persistent compilation cache for a command that compiles, so that running
+    a program compiled before (the same preset and sizes again: another seed, a resumed or
+    repeated run, each process of a local multi-process run) loads it instead of compiling.
+    The directory is `$PODRACER_COMPILATION_CACHE`, default `~/.cache/podracer/jax`; `off`
+    disables it. A cache the user configured for JAX itself (`JAX_COMPILATION_CACHE_DIR`,
+    or `jax.config` in a notebook) is left as it is. Returns the directory in use, or None."""
+    import jax
+
+    configured = jax.config.jax_compilation_cache_dir
+    if configured:
+        return configured
+    choice = os.environ.get(COMPILATION_CACHE_ENV, "").strip()
+    if choice.lower() in ("off", "0", "false", "no"):
+        return None
+    directory = os.path.expanduser(choice or os.path.join("~", ".cache", "podracer", "jax"))
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError:  # a read-only home: compile as before
+        return None
+    jax.config.update("jax_compilation_cache_dir", directory)
+    return directory
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     tokens = list(sys.argv[1:] if argv is None else argv)
@@ -277,6 +304,8 @@ def main(argv: list[str] | None = None) -> None:
         args.preset, rest = preset_and_overrides(tokens[tokens.index(args.command) + 1:], own)
         rest = [token for token in rest if token not in ("-h", "--help")]  # a flag, taken by the parser
     use_cpu_devices(getattr(args, "cpu_devices", None) if args.command in ("train", "bench") else None)
+    if args.command in ("train", "evaluate", "bench", "prefix-front"):
+        use_compilation_cache()
     # EnvPool builds Gymnasium spaces from float64 bounds; Gymnasium warns on every one.
     warnings.filterwarnings("ignore", message=".*precision lowered by casting to float32", category=UserWarning)
     if args.command not in ("train", "bench", "launch-local") and rest:

@@ -96,3 +96,61 @@ def test_train_writes_run_directory(tmp_path):
         assert {"env_steps", "sps", "wall_s", "episode_return"} <= set(row)
         assert isinstance(row["env_steps"], int) and row["sps"] > 0
     assert any(name.startswith("events") for name in os.listdir(run_dir / "tensorboard"))
+
+
+@pytest.fixture
+def no_compilation_cache():
+    """JAX's cache directory unset for the test (conftest sets one for the session),
+    restored after."""
+    import jax
+
+    before = jax.config.jax_compilation_cache_dir
+    jax.config.update("jax_compilation_cache_dir", None)
+    yield
+    jax.config.update("jax_compilation_cache_dir", before)
+
+
+def test_the_compilation_cache_goes_where_the_user_says(tmp_path, monkeypatch, no_compilation_cache):
+    """`$PODRACER_COMPILATION_CACHE` names the directory (created), `off` disables it, the
+    default lives under the home directory, a directory that cannot be made is no cache,
+    and a cache JAX was already given wins."""
+    import jax
+
+    from experiments.cli import use_compilation_cache
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PODRACER_COMPILATION_CACHE", "off")
+    assert use_compilation_cache() is None and jax.config.jax_compilation_cache_dir is None
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("PODRACER_COMPILATION_CACHE", str(blocker / "cache"))
+    assert use_compilation_cache() is None and jax.config.jax_compilation_cache_dir is None
+    monkeypatch.delenv("PODRACER_COMPILATION_CACHE")
+    default = str(tmp_path / "home" / ".cache" / "podracer" / "jax")
+    assert use_compilation_cache() == default and os.path.isdir(default)
+    assert jax.config.jax_compilation_cache_dir == default
+    monkeypatch.setenv("PODRACER_COMPILATION_CACHE", str(tmp_path / "mine"))
+    assert use_compilation_cache() == default  # already configured: left as it is
+    jax.config.update("jax_compilation_cache_dir", None)
+    assert use_compilation_cache() == str(tmp_path / "mine") and (tmp_path / "mine").is_dir()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_rerun_loads_its_programs_from_the_compilation_cache(tmp_path):
+    """`podracer train` fills `$PODRACER_COMPILATION_CACHE`; the same command again finds
+    every program it compiles there (it writes no new entry) and trains the same run."""
+    cache = tmp_path / "cache"
+    env = subprocess_env()
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    env["PODRACER_COMPILATION_CACHE"] = str(cache)
+    entries, returns = [], []
+    for attempt in range(2):
+        run_dir = tmp_path / f"run{attempt}"
+        proc = subprocess.run([sys.executable, "-m", "experiments.cli", "train", *map(str, TINY_ARGS),
+                               "--run-dir", str(run_dir)], capture_output=True, text=True, env=env, timeout=200)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        entries.append(sorted(name for name in os.listdir(cache) if name.endswith("-cache")))
+        returns.append([json.loads(line)["episode_return"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()])
+    assert any(name.startswith("jit_call") for name in entries[0]), entries[0]
+    assert entries[1] == entries[0] and returns[1] == returns[0]
