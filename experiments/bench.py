@@ -53,6 +53,8 @@ def bench_anakin(config: Config, repeats: int = 5, compare_reference: bool = Fal
     `reference_sps`, `speedup` (podracer / reference) and both compile times."""
     from anakin import program, runner
 
+    if compare_reference:
+        _check_reference(config)
     s = runner.setup(config)
     arch = config.arch
     n = arch.updates_per_call
@@ -83,8 +85,8 @@ def bench_anakin(config: Config, repeats: int = 5, compare_reference: bool = Fal
     return result
 
 
-def _reference_call(config: Config, num_updates: int, n: int) -> tuple[_Timed, float]:
-    from experiments.benchmarks.reference_ppo import make_reference
+def _check_reference(config: Config) -> None:
+    """What the hand-written reference can run; a ConfigError, before anything compiles."""
     from podracer.agents import PPOConfig
     from podracer.envs.gymnax_env import GYMNAX_IDS
 
@@ -95,6 +97,12 @@ def _reference_call(config: Config, num_updates: int, n: int) -> tuple[_Timed, f
     if config.env.id not in GYMNAX_IDS or len(runner_devices(config)) != 1:
         raise ConfigError("--compare-reference: the reference runs a gymnax environment on one device "
                           "(use --arch.devices 0 with several)")
+
+
+def _reference_call(config: Config, num_updates: int, n: int) -> tuple[_Timed, float]:
+    from experiments.benchmarks.reference_ppo import make_reference
+
+    ppo = config.agent
     init, train = make_reference(config.env.id, ppo, config.arch.num_envs, config.arch.rollout_length,
                                  num_updates, config.arch.num_seeds)
     state = init(jax.random.key(config.seed))
@@ -143,6 +151,8 @@ def _result(config: Config, s: Any, steps_per_call: int, train_s: float, rollout
         "limit_sps": round(limit_sps, 1),
         "ratio": round(sps / limit_sps, 4),
         "compile_s": round(compile_s, 2),
+        # On, a program compiled before loads from JAX's persistent cache: compile_s is then that load.
+        "compilation_cache": bool(jax.config.jax_compilation_cache_dir),
         "devices": s.sizes.num_devices,
         "num_envs": config.arch.num_envs,
         "num_seeds": config.arch.num_seeds,
