@@ -27,5 +27,8 @@ class AnakinConfig:
         check(self.rollout_length >= 1, "arch.rollout_length", "must be >= 1", self.rollout_length)
         check(self.num_seeds >= 1, "arch.num_seeds", "must be >= 1", self.num_seeds)
         check(self.updates_per_call >= 1, "arch.updates_per_call", "must be >= 1", self.updates_per_call)
+        # the compiled program takes its update count as an int32
+        check(self.updates_per_call < 2**31, "arch.updates_per_call", "must be < 2**31", self.updates_per_call)
+        check(self.num_seeds < 2**31, "arch.num_seeds", "must be < 2**31", self.num_seeds)
         check(len(set(self.devices)) == len(self.devices), "arch.devices", "must not repeat a device", self.devices)
         check(all(d >= 0 for d in self.devices), "arch.devices", "must be device indices >= 0", self.devices)

@@ -114,11 +114,21 @@ def cmd_train(preset: str | None, resume_dir: str | None, overrides: list[str]) 
 
     if not is_leader():  # process 0 alone reports a multi-process run
         return 0
-    last = next((row for row in reversed(result.metrics) if row.get("episode_return") is not None), None)
-    final = "-" if last is None else f"{last['episode_return']:.1f}"
     steps = f"{env_steps:,}" if isinstance(env_steps, int) else env_steps
-    print(f"done: {steps} env steps, final return {final}, run dir {result.run_dir}")
+    print(f"done: {steps} env steps, final return {final_return(result.run_dir)}, run dir {result.run_dir}")
     return 0
+
+
+def final_return(run_dir: str) -> str:
+    """The last logged `episode_return` of the run, all its sessions included (a resumed
+    run's rows continue those before it; a finished run resumed again logs none), or `-`."""
+    from podracer.logging import read_jsonl
+
+    path = os.path.join(run_dir, "metrics.jsonl")
+    rows = read_jsonl(path) if os.path.exists(path) else []
+    last = next((row["episode_return"] for row in reversed(rows) if row.get("episode_return") is not None), None)
+    text = "-" if last is None else f"{last:.1f}"
+    return "0.0" if text == "-0.0" else text
 
 
 def resume_distributed(preset: str | None, overrides: list[str]):

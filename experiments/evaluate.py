@@ -71,6 +71,8 @@ def evaluate(
     """`{"mean_return", "std_return", "episodes", ...}` of the run's latest checkpoint."""
     if episodes < 1:
         raise ConfigError(f"--episodes must be >= 1, got {episodes}")
+    if not 0 <= seed < 2**32:  # jax.random.key keeps the low 32 bits: 2**32 would repeat seed 0
+        raise ConfigError(f"--seed must be in [0, 2**32), got {seed}")
     config = load_run_config(run_dir)
     env = None if is_host_run(config) else _make_env(config)
     if video is not None:

@@ -145,6 +145,7 @@ def override(config: Any, **changes: Any) -> Any:
     """
     updates: dict[str, Any] = {}
     names = {field.name for field in dataclasses.fields(config)}
+    hints = typing.get_type_hints(type(config))
     for name, value in changes.items():
         if name not in names:
             close = difflib.get_close_matches(name, sorted(names), n=1)
@@ -156,5 +157,37 @@ def override(config: Any, **changes: Any) -> Any:
                 value = override(current, **value)
             except OverrideError as error:
                 raise OverrideError(f"{name}: {error}") from None
+        elif not dataclasses.is_dataclass(current):
+            value = coerce_value(name, hints[name], value)
         updates[name] = value
     return dataclasses.replace(config, **updates)
+
+
+def coerce_value(path: str, annotation: Any, value: Any) -> Any:
+    """A Python value for one field, checked against its annotation as the command line
+    parses strings: an int field takes an int or an integral float (`2e4`), a float field an
+    int or a float, a tuple field a list or tuple; OverrideError (naming `path`) otherwise."""
+    origin = typing.get_origin(annotation)
+    if origin is tuple and isinstance(value, (list, tuple)):
+        item_type = typing.get_args(annotation)[0]
+        return tuple(coerce_value(path, item_type, item) for item in value)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in typing.get_args(annotation):
+            return None
+        for option in typing.get_args(annotation):
+            if option is not type(None):
+                try:
+                    return coerce_value(path, option, value)
+                except OverrideError:
+                    continue
+    elif annotation is bool and isinstance(value, bool):
+        return value
+    elif annotation is int and not isinstance(value, bool) and isinstance(value, (int, float)) and float(value).is_integer():
+        return int(value)
+    elif annotation is float and not isinstance(value, bool) and isinstance(value, (int, float)):
+        return float(value)
+    elif annotation is str and isinstance(value, str):
+        return value
+    elif annotation not in (bool, int, float, str) and origin is not tuple:
+        return value  # a Literal, or a type the command line cannot set: left to the section's validation
+    raise OverrideError(f"{path} expects {_type_name(annotation)}, got {value!r}")

@@ -106,6 +106,8 @@ def plot_figure(
     """The runs' learning curves as a matplotlib `Figure` (return against env steps and
     against wall time; mean over seeds and same-label runs, shaded spread). Made without
     pyplot, so it changes no global matplotlib state; show it in a notebook or `savefig` it."""
+    if isinstance(run_dirs, (str, os.PathLike)):
+        run_dirs = [run_dirs]  # one run, not the characters of its path
     if labels is not None and len(labels) != len(run_dirs):
         raise ConfigError(f"--labels: got {len(labels)} labels for {len(run_dirs)} runs")
     if spread not in ("stderr", "minmax"):
@@ -121,6 +123,11 @@ def plot_runs(
     smooth: int = 1, title: str | None = None,
 ) -> None:
     """Draw the runs' learning curves into `out` (PNG, PDF or SVG, by its suffix)."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    suffix = os.path.splitext(str(out))[1].lower().lstrip(".")
+    if suffix not in FigureCanvasBase.get_supported_filetypes():
+        raise ConfigError(f"--out {str(out)!r}: write a .png, .pdf or .svg file")
     figure = plot_figure(run_dirs, labels, spread, smooth, title)
     directory = os.path.dirname(os.path.abspath(out))
     try:

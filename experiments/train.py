@@ -75,7 +75,13 @@ def default_run_dir(name: str) -> str:
 
 
 def prepare_run_dir(run_dir: str, config: Config) -> None:
-    """Create `run_dir` and write the resolved config; ConfigError if it is not writable."""
+    """Create `run_dir` and write the resolved config; ConfigError if it is not writable, or
+    if it already holds a run's checkpoints (a new run there would be mixed with the old one's
+    checkpoints, and a later resume could continue the old run under the new config)."""
+    checkpoints = checkpoint_dir(run_dir)
+    if os.path.isdir(checkpoints) and any(name.isdigit() for name in os.listdir(checkpoints)):
+        raise ConfigError(f"run_dir {run_dir!r} already holds a run with checkpoints; continue it with "
+                          f"`podracer train --resume {run_dir}`, or choose another run_dir")
     try:
         os.makedirs(run_dir, exist_ok=True)
         with open(os.path.join(run_dir, "config.json"), "w", encoding="utf-8") as f:
@@ -91,7 +97,7 @@ def check_logging(config: Config) -> None:
 
 
 def make_sinks(config: Config, run_dir: str, console: bool, progress: Progress | None) -> MultiSink:
-    keep_rows = None if progress is None else progress.rows
+    keep_rows = 0 if progress is None else progress.rows  # a new run starts a fresh metrics.jsonl
     sinks: list[Any] = [JsonlSink(os.path.join(run_dir, "metrics.jsonl"), keep_rows=keep_rows)]
     if config.log.tensorboard:
         sinks.append(TensorBoardSink(os.path.join(run_dir, "tensorboard")))

@@ -141,6 +141,9 @@ class Config:
     def __post_init__(self) -> None:
         check(self.total_env_steps > 0, "total_env_steps", "must be > 0", self.total_env_steps)
         check(self.seed >= 0, "seed", "must be >= 0", self.seed)
+        # jax.random.key keeps a seed's low 32 bits (without jax_enable_x64): a larger seed
+        # would silently repeat the run of a smaller one
+        check(self.seed < 2**32, "seed", "must be < 2**32 (JAX keys take 32-bit seeds)", self.seed)
 
 
 def to_dict(config: Any) -> dict[str, Any]:

@@ -25,6 +25,17 @@ def test_presets_get_replaces_fields_and_validates():
     assert "ppo-cartpole-anakin" in podracer.presets.names()
 
 
+def test_presets_get_converts_values_as_the_command_line_parses_them():
+    """Python values take the field's type, as the command line's strings do: an integral
+    float for an int (`total_env_steps=1e6`), an int for a float, a list for a tuple."""
+    config = podracer.presets.get("ppo-cartpole-anakin", total_env_steps=2e4, arch=dict(num_seeds=2.0, devices=[0]),
+                                  agent=dict(learning_rate=1, hidden_sizes=[32, 32]))
+    assert type(config.total_env_steps) is int and type(config.arch.num_seeds) is int
+    assert config.arch.devices == (0,) and config.agent.hidden_sizes == (32, 32)
+    assert type(config.agent.learning_rate) is float
+    hash(config)  # still hashable: lists became tuples
+
+
 @pytest.mark.parametrize("call, message", [
     (lambda: podracer.presets.get("ppo-cartpole-anakinn"), "unknown preset 'ppo-cartpole-anakinn'; did you mean"),
     (lambda: podracer.presets.get("ppo-cartpole-anakin", agent=dict(learning_rat=1)),
@@ -32,6 +43,10 @@ def test_presets_get_replaces_fields_and_validates():
     (lambda: podracer.presets.get("ppo-cartpole-anakin", agent=dict(learning_rate=-1.0)),
      "agent.learning_rate must be > 0"),
     (lambda: podracer.presets.get("ppo-cartpole-anakin", sed=1), "unknown field 'sed' in Config; did you mean seed?"),
+    (lambda: podracer.presets.get("ppo-cartpole-anakin", seed=1.5), "seed expects int, got 1.5"),
+    (lambda: podracer.presets.get("ppo-cartpole-anakin", arch=dict(num_seeds="2")), "arch: num_seeds expects int"),
+    (lambda: podracer.presets.get("ppo-cartpole-anakin", agent=dict(learning_rate="1e-3")),
+     "agent: learning_rate expects float"),
 ])
 def test_presets_get_names_the_bad_field(call, message):
     with pytest.raises(ConfigError, match=None) as error:

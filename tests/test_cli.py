@@ -27,6 +27,11 @@ from tests.helpers import TINY_ARGS, assert_one_line_error, run_main, subprocess
         (["train", "ppo-cartpole-anakin", "--agent.activation", "sigmoid"], "agent.activation must be one of"),
         (["train", "ppo-cartpole-anakin", "--log.console", "maybe"], "log.console expects bool"),
         (["train", "ppo-cartpole-anakin", "--run-dir", "/proc/podracer-test"], "run_dir '/proc/podracer-test' is not writable"),
+        (["train", "ppo-cartpole-anakin", "--agent.torso", "nature_cnn"], "agent.torso 'nature_cnn' needs image observations"),
+        (["train", "pqn-breakout-minatar-anakin", "--env.id", "CartPole-v1"], "agent.torso 'minatar_cnn' needs image observations"),
+        (["train", "ppo-breakout-minatar-anakin", "--agent.torso", "nature_cnn"], "needs images of at least 36x36"),
+        (["train", "ppo-cartpole-anakin", "--seed", "4294967296"], "seed must be < 2**32"),
+        (["train", "ppo-cartpole-anakin", "--arch.updates-per-call", "1e10"], "arch.updates_per_call must be < 2**31"),
         (["bench", "sebulbaa"], "invalid choice"),
     ],
 )

@@ -145,3 +145,10 @@ def test_registry_builds_and_steps(env_id):
 def test_unknown_env_lists_close_matches():
     with pytest.raises(UnknownEnvError, match="CartPole-v1"):
         make_jax_env("CartPole-v0")
+
+
+def test_jax_env_ids_lists_each_id_once():
+    from podracer.envs import jax_env_ids
+
+    ids = jax_env_ids()
+    assert len(ids) == len(set(ids)), [i for i in ids if ids.count(i) > 1]

@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -185,6 +186,7 @@ def test_evaluate_scores_the_checkpoints_policy(trained_run, tmp_path, capsys):
 @pytest.mark.xdist_group("tiny-run")
 def test_evaluate_user_errors(trained_run, tmp_path, capsys):
     assert_one_line_error(*run_main(capsys, "evaluate", trained_run, "--agent-seed", 2), "--agent-seed must be in [0, 2)")
+    assert_one_line_error(*run_main(capsys, "evaluate", trained_run, "--seed", 2**32), "--seed must be in [0, 2**32)")
     assert_one_line_error(*run_main(capsys, "evaluate", tmp_path / "nothing"), "is not a run directory")
     acrobot = tmp_path / "acrobot"
     acrobot.mkdir()
@@ -193,6 +195,40 @@ def test_evaluate_user_errors(trained_run, tmp_path, capsys):
     assert_one_line_error(*run_main(capsys, "evaluate", acrobot, "--video", tmp_path / "a.gif"),
                           "environment 'Acrobot-v1' cannot render")
     assert_one_line_error(*run_main(capsys, "evaluate", acrobot), "no checkpoint")
+
+
+@pytest.mark.xdist_group("tiny-run")
+def test_a_new_run_into_a_run_with_checkpoints_is_refused(trained_run, tmp_path, capsys):
+    """Training anew into a directory that holds a run's checkpoints would mix the two runs
+    (a later --resume continued the old run's state under the new config); it is refused
+    before anything is written, and the old run is untouched."""
+    saved = (trained_run / "config.json").read_text()
+    rows = read_rows(trained_run)
+    assert_one_line_error(*run_main(capsys, "train", *TINY_ARGS, "--agent.learning-rate", 1e-2, "--run-dir", trained_run),
+                          "already holds a run with checkpoints; continue it with `podracer train --resume")
+    assert (trained_run / "config.json").read_text() == saved
+    assert read_rows(trained_run) == rows
+
+
+def test_a_new_run_starts_a_fresh_metrics_file(tmp_path):
+    """Rows left by an earlier attempt that wrote no checkpoint are not kept by a new run."""
+    (tmp_path / "metrics.jsonl").write_text('{"env_steps": 999999}\n')
+    result = train_lib.train(dataclasses.replace(TINY, run_dir=str(tmp_path)), console=False)
+    assert read_rows(tmp_path) == result.metrics
+
+
+@pytest.mark.xdist_group("tiny-run")
+def test_resuming_a_finished_run_reports_its_last_return(trained_run, tmp_path, capsys):
+    """A finished run resumed again trains nothing and logs no row; its summary line still
+    gives the run's last logged return (not `-`)."""
+    run_dir = tmp_path / "finished"
+    shutil.copytree(trained_run, run_dir)
+    last = [row["episode_return"] for row in read_rows(run_dir) if row.get("episode_return") is not None][-1]
+    code, captured = run_main(capsys, "train", "--resume", run_dir)
+    assert code == 0, captured.err
+    expected = f"{last:.1f}"
+    assert f"final return {'0.0' if expected == '-0.0' else expected}, run dir" in captured.out
+    assert read_rows(run_dir) == read_rows(trained_run)
 
 
 @pytest.mark.xdist_group("tiny-run")
@@ -238,6 +274,15 @@ def test_plot_draws_runs_and_seeds(tmp_path, capsys):
     assert_one_line_error(*run_main(capsys, "plot", tmp_path / "a", "--out", out, "--labels", "x", "y"),
                           "2 labels for 1 runs")
     assert_one_line_error(*run_main(capsys, "plot", tmp_path / "none", "--out", out), "has no metrics.jsonl")
+    assert_one_line_error(*run_main(capsys, "plot", tmp_path / "a", "--out", tmp_path / "curves.txt"),
+                          "write a .png, .pdf or .svg file")
+    assert len(podracer_plot(str(tmp_path / "a")).axes) == 2  # one run given as a path, not a list
+
+
+def podracer_plot(*args, **kwargs):
+    import podracer
+
+    return podracer.plot(*args, **kwargs)
 
 
 def test_signals_set_the_stop_request_and_handlers_come_back():

@@ -11,6 +11,7 @@ import optax
 
 from podracer import networks
 from podracer.agents.policies import Categorical, Policy
+from podracer.config import ConfigError
 from podracer.ops import VTraceOutput, masked_logits, vtrace_td_error_and_advantage
 from podracer.types import (
     ActionSpec,
@@ -57,6 +58,8 @@ def make_torso(
     """A fresh torso module of the kind a config names (`TORSOS`); `layer_norm` applies to
     the MLP and MinAtar torsos."""
     obs_spec = network_obs_spec(obs_spec)
+    if torso != "mlp":
+        check_cnn_observations(torso, tuple(obs_spec.shape))
     if torso == "mlp":
         return networks.MLP(tuple(hidden_sizes), activation, obs_ndim=len(obs_spec.shape), layer_norm=layer_norm)
     if torso == "minatar_cnn":
@@ -64,6 +67,23 @@ def make_torso(
     if torso in ("nature_cnn", "impala_cnn"):
         return getattr(networks, "NatureCNN" if torso == "nature_cnn" else "ImpalaCNN")()
     raise ValueError(f"unknown torso {torso!r}; choose one of {TORSOS}")
+
+
+# the smallest height and width each CNN torso maps to a non-empty feature map
+_CNN_MIN_SIZE = {"nature_cnn": 36, "minatar_cnn": 3, "impala_cnn": 1}
+
+
+def check_cnn_observations(torso: str, shape: tuple[int, ...]) -> None:
+    """A ConfigError (before anything compiles) unless a CNN torso's observations are
+    images `[H, W, C]` large enough for its convolutions."""
+    minimum = _CNN_MIN_SIZE.get(torso)
+    if minimum is None:
+        return
+    if len(shape) != 3:
+        raise ConfigError(f"agent.torso {torso!r} needs image observations [H, W, C], got shape {shape}; "
+                          f"use agent.torso 'mlp' for vector observations")
+    if min(shape[:2]) < minimum:
+        raise ConfigError(f"agent.torso {torso!r} needs images of at least {minimum}x{minimum}, got shape {shape}")
 
 
 def learning_rate(lr: float, anneal: bool, num_steps: int) -> float | optax.Schedule:

@@ -15,8 +15,8 @@ GYMNAX_IDS = (
     "CartPole-v1",
     "Acrobot-v1",
     "MountainCar-v0",
-    "Pendulum-v1",
-    "MountainCarContinuous-v0",
+    "Pendulum-v1",  # continuous actions (BoxSpec)
+    "MountainCarContinuous-v0",  # continuous actions (BoxSpec)
     "Asterix-MinAtar",
     "Breakout-MinAtar",
     "Freeway-MinAtar",
@@ -27,8 +27,6 @@ GYMNAX_IDS = (
     "UmbrellaChain-bsuite",
     "DiscountingChain-bsuite",
     "FourRooms-misc",
-    "Pendulum-v1",  # continuous actions (BoxSpec)
-    "MountainCarContinuous-v0",  # continuous actions (BoxSpec)
 )
 
 
