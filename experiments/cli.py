@@ -73,8 +73,9 @@ def cmd_list(width: int = 100) -> None:
     print("environments (Anakin, JAX; brax/* need `pip install podracer[brax]`):")
     print(textwrap.fill(", ".join(jax_env_ids()), width, initial_indent="  ", subsequent_indent="  ",
                         break_on_hyphens=False))
-    print(f"environments (Sebulba, host): every EnvPool id ({len(envpool_ids())}, e.g. CartPole-v1, Pong-v5, "
-          "Breakout-v5, HalfCheetah-v4), any Gymnasium id (Discrete or Box actions), and the prefix adders "
+    print(f"environments (Sebulba, host): EnvPool's ids ({len(envpool_ids())}, e.g. CartPole-v1, Pong-v5, "
+          "Breakout-v5, HalfCheetah-v4) and any Gymnasium id, with array observations (not Dict or Tuple) "
+          "and Discrete or Box actions, and the prefix adders "
           "PrefixAdder-<N> (analytic costs) and "
           "PrefixAdderSynth-<N> (synthesis rewards)")
 

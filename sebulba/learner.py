@@ -30,6 +30,8 @@ from sebulba.actor import RolloutItem
 from sebulba.params import ParamSource
 from sebulba.threads import get
 
+STOP_POLL_S = 0.5  # how often a learner waiting for trajectories checks for a stop request (one process)
+
 AXIS = "learner"  # the learner mesh's axis: the agent averages gradients over it
 
 UpdateStep = Callable[[AgentState, tuple[Trajectory, ...], PRNGKey], tuple[AgentState, Metrics]]
@@ -153,7 +155,9 @@ class Learner:
     SIGTERM in any of them), so all processes stop after the same update; `checkpoint`
     is then called with `final=True` (also after the last update), and after every
     other update with `final=False` (it decides whether one is due). `waits` marks the
-    update and the stop agreement as waits on the other processes.
+    update and the stop agreement as waits on the other processes. A single-process run
+    also stops while waiting for trajectories (`take_trajectories`), checkpointing the
+    updates applied so far.
     """
 
     update_step: UpdateStep
@@ -180,7 +184,11 @@ class Learner:
         self.publish(self.first_update)
         for update in range(self.first_update, self.num_updates):
             start = time.perf_counter()
-            items = [get(q, stop)[0] for q in self.queues]
+            items = self.take_trajectories(stop)
+            if items is None:
+                self.stopped = True
+                self.checkpoint(self, update, True)
+                return
             waited = time.perf_counter() - start
             key, step_keys = split(self.key)
             trajectories = tuple(item.trajectory for item in items)
@@ -205,6 +213,22 @@ class Learner:
             self.checkpoint(self, update + 1, self.stopped or update + 1 == self.num_updates)
             if self.stopped:
                 return
+
+    def take_trajectories(self, stop: threading.Event) -> list[RolloutItem] | None:
+        """One trajectory from each actor thread's queue. A single-process run also honours
+        `stop_requested` while it waits (there is no other process to agree with), so an
+        actor stuck in its environment cannot hold off a SIGTERM: None then."""
+        alone = jax.process_count() == 1
+        items = []
+        for q in self.queues:
+            while True:
+                try:
+                    items.append(get(q, stop, timeout_s=STOP_POLL_S)[0])
+                    break
+                except queue.Empty:
+                    if alone and self.stop_requested():
+                        return None
+        return items
 
     def publish(self, version: int) -> None:
         params = local_copy(self.state.params)  # the mesh may span other processes' devices

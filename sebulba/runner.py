@@ -8,6 +8,7 @@ here with the name of the thread it came from.
 from __future__ import annotations
 
 import queue
+import warnings
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -57,6 +58,8 @@ def setup(config: Config) -> Setup:
         raise ConfigError(f"env.id: {error}") from None
     except ValueError as error:
         raise ConfigError(f"env.id: {error}") from None
+    except ImportError as error:  # e.g. EnvPool's Procgen ids without the Qt libraries
+        raise ConfigError(f"env.id: {config.env.id} cannot be loaded here: {error}") from None
     batch = BatchShape(config.arch.rollout_length, config.arch.num_envs // len(layout.learner_devices))
     agent = make_checked_agent(config.agent, obs_spec, action_spec, batch, env_id=config.env.id,
                                num_updates=layout.num_updates, axis_name=AXIS)
@@ -184,7 +187,7 @@ def run(
     for actor in actors:
         group.start(f"actor-{actor.index}", actor.run, group.stop)
     group.start("learner", _learner_body, learner, rows_queue, group.stop)
-    return supervise(group, rows_queue, hooks.emit), learner
+    return supervise(group, rows_queue, hooks.emit, lambda: learner.stopped), learner
 
 
 def _learner_body(learner: Learner, rows_queue: queue.Queue, stop: Any) -> None:
@@ -192,9 +195,12 @@ def _learner_body(learner: Learner, rows_queue: queue.Queue, stop: Any) -> None:
     rows_queue.put(_DONE)
 
 
-def supervise(group: ThreadGroup, rows_queue: queue.Queue, on_metrics: MetricsCallback) -> list[dict[str, Any]]:
+def supervise(group: ThreadGroup, rows_queue: queue.Queue, on_metrics: MetricsCallback,
+              stopped: Callable[[], bool] = lambda: False) -> list[dict[str, Any]]:
     """Hand rows to `on_metrics` until the learner is done, a thread fails or the caller is
-    interrupted; then stop and join every thread."""
+    interrupted; then stop and join every thread. A thread that does not stop (an actor
+    stuck inside its environment) is an error, unless the run was `stopped` on request with
+    its checkpoint saved: then a warning, and the (daemon) thread is left behind."""
     rows: list[dict[str, Any]] = []
     try:
         while group.error is None:
@@ -209,6 +215,9 @@ def supervise(group: ThreadGroup, rows_queue: queue.Queue, on_metrics: MetricsCa
     finally:
         stuck = group.join(JOIN_TIMEOUT_S)
     group.raise_error()
-    if stuck:
+    if stuck and stopped():
+        warnings.warn(f"Sebulba threads still running {JOIN_TIMEOUT_S:.0f} s after the run stopped (checkpoint "
+                      f"saved): {', '.join(stuck)}; stuck in an environment step?", RuntimeWarning, stacklevel=2)
+    elif stuck:
         raise RuntimeError(f"Sebulba threads did not stop within {JOIN_TIMEOUT_S} s: {', '.join(stuck)}")
     return rows

@@ -81,8 +81,9 @@ def put(q: queue.Queue, item: Any, stop: threading.Event) -> float:
             continue
 
 
-def get(q: queue.Queue, stop: threading.Event) -> tuple[Any, float]:
-    """Take an item from `q`, waiting while it is empty: `(item, seconds waited)`."""
+def get(q: queue.Queue, stop: threading.Event, timeout_s: float | None = None) -> tuple[Any, float]:
+    """Take an item from `q`, waiting while it is empty: `(item, seconds waited)`; with
+    `timeout_s`, `queue.Empty` when none came in that time."""
     start = time.perf_counter()
     while True:
         if stop.is_set():
@@ -90,4 +91,5 @@ def get(q: queue.Queue, stop: threading.Event) -> tuple[Any, float]:
         try:
             return q.get(timeout=POLL_S), time.perf_counter() - start
         except queue.Empty:
-            continue
+            if timeout_s is not None and time.perf_counter() - start >= timeout_s:
+                raise

@@ -172,3 +172,76 @@ def test_unknown_id_lists_close_matches():
 def test_env_config_errors_name_the_field(field, value):
     with pytest.raises(ConfigError, match=f"env.{field}"):
         EnvConfig("Pong-v5", **{field: value})
+
+
+@pytest.mark.parametrize("env_id, backend, space", [("Blackjack-v1", "gymnasium", "Tuple"),
+                                                    ("CheetahRun-v1", "envpool", "Dict")])
+def test_structured_observation_spaces_are_one_line_config_errors(env_id, backend, space):
+    """A Tuple or Dict observation space is refused at setup with one line naming it,
+    never a TypeError from inside the spec conversion."""
+    import dataclasses
+
+    from experiments import presets
+    from sebulba.runner import setup
+
+    config = presets.get("ppo-cartpole-sebulba")
+    config = dataclasses.replace(config, env=dataclasses.replace(config.env, id=env_id, backend=backend))
+    with pytest.raises(ConfigError, match=f"env.id: {env_id} has observation space {space}"):
+        setup(config)
+
+
+def test_max_episode_steps_truncates_jax_environments():
+    """`env.max_episode_steps` is the time limit of a JAX environment too (Anakin's, and
+    Sebulba's "jax" backend), as it is of EnvPool's and Gymnasium's: never ignored."""
+    from podracer.envs import make_configured_jax_env
+
+    config = EnvConfig("CartPole-v1", backend="jax", max_episode_steps=7)
+    assert make_configured_jax_env(config).max_episode_steps(None) == 7
+    env = make_host_env(config, 4, seed=0)
+    env.reset()
+    truncated = False
+    for t in range(30):
+        env.send(np.full(4, t % 2, np.int32))  # alternating pushes: balanced well past 7 steps
+        step = env.recv()
+        assert (step.timestep.episode_length <= 7).all()
+        truncated |= bool(step.timestep.truncated.any())
+    assert truncated
+
+
+def test_gymnasium_discrete_actions_with_a_start_are_offset():
+    """Agents act in 0 .. n - 1; a Gymnasium `Discrete(n, start=s)` gets s .. s + n - 1
+    (here action k is rewarded k - 1), never an action outside its space."""
+    import gymnasium
+
+    class Shifted(gymnasium.Env):
+        observation_space = gymnasium.spaces.Box(-1, 1, (1,), np.float32)
+        action_space = gymnasium.spaces.Discrete(3, start=-1)
+
+        def reset(self, seed=None, options=None):
+            super().reset(seed=seed)
+            return np.zeros(1, np.float32), {}
+
+        def step(self, action):
+            assert self.action_space.contains(action), action
+            return np.zeros(1, np.float32), float(action), False, False, {}
+
+    gymnasium.register("PodracerShiftedActions-v0", entry_point=Shifted, max_episode_steps=10)
+    env = make_host_env(EnvConfig("PodracerShiftedActions-v0", backend="gymnasium"), 3, seed=0)
+    assert env.action_spec.num_actions == 3
+    env.reset()
+    env.send(np.array([0, 1, 2], np.int32))
+    np.testing.assert_array_equal(env.recv().timestep.reward, [-1.0, 0.0, 1.0])
+
+
+def test_an_environment_that_cannot_load_is_a_one_line_config_error(monkeypatch):
+    """An id whose backend lacks a system library (EnvPool's Procgen without Qt raises
+    ImportError) is refused at setup naming the id, not with a traceback."""
+    import sebulba.runner
+    from experiments import presets
+
+    def missing_library(env_config):
+        raise ImportError("EnvPool Procgen requires the system Qt 5 runtime")
+
+    monkeypatch.setattr(sebulba.runner, "host_env_specs", missing_library)
+    with pytest.raises(ConfigError, match="env.id: CartPole-v1 cannot be loaded here: EnvPool Procgen requires"):
+        sebulba.runner.setup(presets.get("ppo-cartpole-sebulba"))

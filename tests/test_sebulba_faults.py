@@ -111,3 +111,56 @@ def test_error_in_the_metrics_callback_stops_cleanly():
     with pytest.raises(OSError, match="No space left"):
         train(fault_config(), on_metrics)
     assert sebulba_threads() == []
+
+
+class StuckEnv(FailingEnv):
+    """A host env whose `recv` blocks after `stuck_after` steps until `release` is set, as a
+    simulator that hangs does."""
+
+    def __init__(self, env, stuck_after: int, stuck: threading.Event, release: threading.Event) -> None:
+        super().__init__(env, stuck_after, [])
+        self._stuck, self._release = stuck, release
+
+    def recv(self):
+        self._left -= 1
+        if self._left < 0:
+            self._stuck.set()
+            self._release.wait()
+        return self._env.recv()
+
+
+@pytest.mark.slow
+def test_stop_request_ends_a_run_whose_actor_is_stuck(monkeypatch):
+    """A SIGTERM (here `should_stop`) while an actor hangs inside its environment: the
+    single-process learner stops waiting for that actor's trajectory, the run returns as
+    stopped within seconds, and the stuck thread is named in a warning, not waited on."""
+    stuck, release = threading.Event(), threading.Event()
+
+    def make_env(config, num_envs, seed, num_threads=0):
+        env = make_host_env(config, num_envs, seed, num_threads)
+        return StuckEnv(env, 200, stuck, release) if seed == sebulba.runner.actor_seed(0, 3) else env
+
+    monkeypatch.setattr(sebulba.actor, "make_host_env", make_env)
+    monkeypatch.setattr(sebulba.runner, "JOIN_TIMEOUT_S", 2.0)
+    stuck_at: list[float] = []
+    requested_at: list[float] = []
+
+    def should_stop() -> bool:  # a second after the actor hangs: the learner is waiting on it by then
+        if stuck.is_set() and not stuck_at:
+            stuck_at.append(time.monotonic())
+        if stuck_at and not requested_at and time.monotonic() - stuck_at[0] > 1.0:
+            requested_at.append(time.monotonic())
+        return bool(requested_at)
+
+    try:
+        with pytest.warns(RuntimeWarning, match="actor-3"):
+            result = train(fault_config(), should_stop=should_stop)
+        assert result.stopped
+        assert time.monotonic() - requested_at[0] < 10
+        assert sebulba_threads() == ["actor-3"]
+    finally:
+        release.set()
+    deadline = time.monotonic() + 10
+    while sebulba_threads() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sebulba_threads() == []

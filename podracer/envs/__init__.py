@@ -90,12 +90,17 @@ def make_jax_env(env_id: str) -> JaxEnv:
 def make_configured_jax_env(env_config: EnvConfig) -> JaxEnv:
     """The JAX environment an `EnvConfig` describes: `make_jax_env(env_config.id)`, showing
     the agent only `env_config.observe` where that is set (`podracer.envs.observe`), with
-    `env_config.params` set (`podracer.envs.params`)."""
+    `env_config.params` set (`podracer.envs.params`) and truncated after
+    `env_config.max_episode_steps` where that is set (`TimeLimitJaxEnv`)."""
     env = make_jax_env(env_config.id)
     if env_config.params:
         from podracer.envs.params import with_params
 
         env = with_params(env, env_config.params, env_config.id)
+    if env_config.max_episode_steps is not None:
+        from podracer.envs.base import TimeLimitJaxEnv
+
+        env = TimeLimitJaxEnv(env, env_config.max_episode_steps)
     if env_config.observe:
         from podracer.envs.observe import ObservedJaxEnv
 

@@ -110,6 +110,38 @@ class JaxEnv:
         return next_state, timestep
 
 
+class TimeLimitJaxEnv(JaxEnv):
+    """`env` truncated after `max_steps` steps (`EnvConfig.max_episode_steps`) instead of its
+    own time limit; dynamics, specs and rendering unchanged."""
+
+    def __init__(self, env: JaxEnv, max_steps: int) -> None:
+        self.env, self.name, self._max_steps = env, env.name, max_steps
+
+    def __getattr__(self, name: str) -> Any:  # render, render_fps, ...: the environment's own
+        if name == "env":
+            raise AttributeError(name)
+        return getattr(self.env, name)
+
+    @property
+    def default_params(self) -> Any:
+        return self.env.default_params
+
+    def reset_env(self, key: PRNGKey, params: Any) -> tuple[Any, Array]:
+        return self.env.reset_env(key, params)
+
+    def step_env(self, key: PRNGKey, state: Any, action: Array, params: Any) -> tuple[Any, Array, Array, Array]:
+        return self.env.step_env(key, state, action, params)
+
+    def max_episode_steps(self, params: Any) -> int:
+        return self._max_steps
+
+    def observation_spec(self, params: Any) -> ObservationSpec:
+        return self.env.observation_spec(params)
+
+    def action_spec(self, params: Any) -> ActionSpec:
+        return self.env.action_spec(params)
+
+
 def clip_action(action: Array, spec: ActionSpec) -> Array:
     """A continuous action clipped to its box (elementwise); a discrete one unchanged."""
     if not isinstance(spec, BoxSpec):

@@ -15,7 +15,7 @@ import numpy as np
 
 from podracer.config import EnvConfig
 from podracer.envs.host import EpisodeCounters, HostStep, env_action, specs_of_spaces
-from podracer.types import ActionSpec, ObsSpec, TimeStep
+from podracer.types import ActionSpec, DiscreteSpec, ObsSpec, TimeStep
 
 
 def gymnasium_ids() -> tuple[str, ...]:
@@ -60,6 +60,9 @@ class GymnasiumEnv:
         )
         space_dtype = getattr(self._envs.single_action_space, "dtype", None)
         self._action_dtype = np.dtype(np.float32 if space_dtype is None else space_dtype)
+        # Agents act in 0 .. n - 1; a `Discrete(n, start=s)` space takes s .. s + n - 1.
+        self._action_start = int(getattr(self._envs.single_action_space, "start", 0)) \
+            if isinstance(self.action_spec, DiscreteSpec) else 0
         spec = self._envs.envs[0].spec
         self._max_steps = env_config.max_episode_steps or (spec.max_episode_steps if spec else None)
         self._counters = EpisodeCounters(num_envs, self._max_steps)
@@ -72,6 +75,8 @@ class GymnasiumEnv:
 
     def send(self, action: np.ndarray) -> None:
         self._action = env_action(action, self.action_spec, self._action_dtype)
+        if self._action_start:
+            self._action = self._action + self._action_start
 
     def recv(self) -> HostStep:
         if self._action is None:

@@ -78,7 +78,12 @@ def env_metrics(env: Any) -> dict[str, float]:
 
 def specs_of_spaces(obs_space, action_space, env_id: str) -> tuple[ObsSpec, ActionSpec]:
     """Specs of Gymnasium spaces: `Discrete` -> `DiscreteSpec`, `Box` -> `BoxSpec` (float32
-    bounds); float observations are float32 (the JAX default), others keep their dtype."""
+    bounds); float observations are float32 (the JAX default), others keep their dtype.
+    Observations must be one array (`Box`, `Discrete`, `MultiBinary`, `MultiDiscrete`): a
+    `Dict` or `Tuple` space raises ValueError naming it."""
+    if obs_space.shape is None or obs_space.dtype is None:
+        raise ValueError(f"{env_id} has observation space {type(obs_space).__name__}; podracer host environments "
+                         "need one array per observation (Box, Discrete, MultiBinary or MultiDiscrete)")
     dtype = np.dtype(obs_space.dtype)
     obs_spec = ObsSpec(tuple(obs_space.shape), np.dtype(np.float32) if dtype.kind == "f" else dtype)
     if hasattr(action_space, "n"):

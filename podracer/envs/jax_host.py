@@ -4,7 +4,7 @@ Any environment of the JAX registry (`podracer.envs.make_jax_env`: the probes, C
 gymnax ids, user environments) then also runs under Sebulba: a batch of `num_envs` copies is
 reset and stepped by one jitted, vmapped program, and the results come back to the host as
 NumPy, with the JAX environments' own semantics (auto-reset, `final_obs`, truncation by their
-time limit; `EnvConfig.max_episode_steps` does not apply). Observations keep their pytree
+time limit, or `EnvConfig.max_episode_steps` where set). Observations keep their pytree
 structure (`MaskedObs` for environments with legal-action masks). Meant for tests and small
 tasks: an environment written in JAX is faster under Anakin.
 """
