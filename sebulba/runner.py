@@ -56,6 +56,8 @@ def setup(config: Config) -> Setup:
         obs_spec, action_spec = host_env_specs(config.env)
     except UnknownEnvError as error:
         raise ConfigError(f"env.id: {error}") from None
+    except ConfigError:  # already names its field
+        raise
     except ValueError as error:
         raise ConfigError(f"env.id: {error}") from None
     except ImportError as error:  # e.g. EnvPool's Procgen ids without the Qt libraries

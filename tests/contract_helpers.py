@@ -34,8 +34,12 @@ def probe_batch() -> tuple[int, int]:
     return 8, 4
 
 
-def rejected_batch(algorithm: Algorithm, configs: list[Any]) -> tuple[Any, tuple[int, int], tuple[int, int]]:
-    """`(agent config, a batch its check rejects, one it accepts)`, the first config that has both."""
+def rejected_batch(algorithm: Algorithm,
+                   configs: list[Any]) -> tuple[Any, tuple[int, int] | None, tuple[int, int]]:
+    """`(agent config, a batch its check rejects, one it accepts)`, the first config that has
+    both; the rejected batch is None when every config's check accepts every candidate (an
+    algorithm without batch arithmetic, e.g. one full-batch gradient step per update)."""
+    accepts_all = True
     for config in configs:
         verdicts = {}
         for batch in CANDIDATE_BATCHES:
@@ -48,8 +52,11 @@ def rejected_batch(algorithm: Algorithm, configs: list[Any]) -> tuple[Any, tuple
         good = [b for b, ok in verdicts.items() if ok]
         if bad and good:
             return config, bad[0], good[0]
+        accepts_all = accepts_all and not bad
+    if accepts_all:
+        return configs[0], None, CANDIDATE_BATCHES[0]
     raise AssertionError(f"{algorithm.name}: check_batch accepts (or rejects) every batch of {CANDIDATE_BATCHES} "
-                         "for every config tried; give it a config whose batch arithmetic can fail")
+                         "for every config tried")
 
 
 def max_change(a: Any, b: Any) -> float:

@@ -178,6 +178,8 @@ def test_bad_batch_splits_exit_2_before_compiling(name, arch, capsys, monkeypatc
                   arch=arch_config(arch, *good), total_env_steps=10**7)
     runner = anakin.runner if arch == "anakin" else sebulba.runner
     runner.setup(base)  # the accepted batch passes
+    if bad is None:
+        pytest.skip(f"{name}: check_batch accepts every batch (no batch arithmetic to get wrong)")
     config = dataclasses.replace(base, arch=arch_config(arch, *bad))
     with pytest.raises(ConfigError):
         runner.setup(config)
@@ -282,3 +284,18 @@ def test_learns_its_probe(name, kind, tmp_path):
         rows = result.metrics
         assert all(row["episode_length"] == 1.0 for row in rows), [row["episode_length"] for row in rows]
         assert evaluate(result.run_dir, episodes=16)["mean_return"] == 1.0
+
+
+def test_an_algorithm_without_batch_arithmetic_passes_the_batch_check():
+    """An algorithm whose `check_batch` accepts every batch (a full-batch update) is a valid
+    contract: `rejected_batch` finds nothing to reject rather than failing the suite; one that
+    rejects every batch still fails it."""
+    lenient = dataclasses.replace(FLAVOURS[NAMES[0]], check_batch=lambda config, batch: None)
+    config, bad, good = rejected_batch(lenient, [lenient.config()])
+    assert bad is None and good is not None
+
+    def refuse(config, batch):
+        raise ConfigError("agent.x never fits")
+
+    with pytest.raises(AssertionError, match="every batch"):
+        rejected_batch(dataclasses.replace(lenient, check_batch=refuse), [lenient.config()])

@@ -1,5 +1,6 @@
 """The JAX environment protocol: auto-reset, final observation, termination vs truncation."""
 
+import dataclasses
 import functools
 
 import jax
@@ -7,8 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from podracer.envs import GYMNAX_IDS, Catch, GymnaxEnv, UnknownEnvError, make_jax_env
-from podracer.types import BoxSpec
+from podracer.envs import GYMNAX_IDS, Catch, GymnaxEnv, JaxEnv, UnknownEnvError, make_jax_env, register_jax_env
+from podracer.types import BoxSpec, DiscreteSpec, ObsSpec
 
 
 def run(env, actions, key=0):
@@ -152,3 +153,42 @@ def test_jax_env_ids_lists_each_id_once():
 
     ids = jax_env_ids()
     assert len(ids) == len(set(ids)), [i for i in ids if ids.count(i) > 1]
+
+
+class _NoTimeLimit(JaxEnv):
+    """A user environment that leaves out `max_episode_steps`."""
+
+    name = "NoTimeLimit"
+
+    def reset_env(self, key: jax.Array, params: None) -> tuple[jax.Array, jax.Array]:
+        return jnp.zeros((), jnp.int32), jnp.ones((2,), jnp.float32)
+
+    def step_env(self, key: jax.Array, state: jax.Array, action: jax.Array,
+                 params: None) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+        return state, jnp.ones((2,), jnp.float32), jnp.float32(1.0), jnp.bool_(False)
+
+    def observation_spec(self, params: None) -> ObsSpec:
+        return ObsSpec((2,), np.dtype(np.float32))
+
+    def action_spec(self, params: None) -> DiscreteSpec:
+        return DiscreteSpec(2)
+
+
+@pytest.mark.parametrize("arch", ["anakin", "sebulba"])
+def test_env_without_time_limit_is_a_config_error_at_setup(arch, tmp_path):
+    """A JaxEnv without `max_episode_steps` is refused at setup with a ConfigError naming
+    `env.max_episode_steps` (it used to raise a bare NotImplementedError while compiling,
+    after the run directory was written); `env.max_episode_steps` supplies the limit."""
+    import anakin
+    import sebulba
+    from podracer.agents import PPOConfig
+    from podracer.config import Config, ConfigError, EnvConfig
+
+    register_jax_env("NoTimeLimit-v0", _NoTimeLimit, overwrite=True)
+    arch_config = (anakin.AnakinConfig(num_envs=4, rollout_length=8) if arch == "anakin"
+                   else sebulba.SebulbaConfig(num_envs=4, rollout_length=8, actor_devices=(0,), learner_devices=(0,)))
+    runner = anakin.runner if arch == "anakin" else sebulba.runner
+    config = Config(env=EnvConfig("NoTimeLimit-v0"), agent=PPOConfig(num_minibatches=1), arch=arch_config, run_dir=str(tmp_path / "run"))
+    with pytest.raises(ConfigError, match=r"^env\.max_episode_steps: .*NoTimeLimit-v0"):
+        runner.setup(config)
+    runner.setup(dataclasses.replace(config, env=EnvConfig("NoTimeLimit-v0", max_episode_steps=10)))

@@ -87,12 +87,24 @@ def make_jax_env(env_id: str) -> JaxEnv:
     raise unknown_env_error(env_id, jax_env_ids(), "JAX")
 
 
+def check_time_limit(env: JaxEnv, env_config: EnvConfig) -> None:
+    """ConfigError naming `env.max_episode_steps` unless the episodes of `env` have a time
+    limit: its own `max_episode_steps`, or the config's. Truncation and `evaluate`'s loop
+    rely on one, so an environment without it is refused at setup, not while compiling."""
+    from podracer.config import ConfigError
+
+    if env_config.max_episode_steps is None and type(env).max_episode_steps is JaxEnv.max_episode_steps:
+        raise ConfigError(f"env.max_episode_steps: env.id {env_config.id!r} ({type(env).__name__}) does not "
+                          "implement JaxEnv.max_episode_steps; implement it or set env.max_episode_steps")
+
+
 def make_configured_jax_env(env_config: EnvConfig) -> JaxEnv:
     """The JAX environment an `EnvConfig` describes: `make_jax_env(env_config.id)`, showing
     the agent only `env_config.observe` where that is set (`podracer.envs.observe`), with
     `env_config.params` set (`podracer.envs.params`) and truncated after
     `env_config.max_episode_steps` where that is set (`TimeLimitJaxEnv`)."""
     env = make_jax_env(env_config.id)
+    check_time_limit(env, env_config)
     if env_config.params:
         from podracer.envs.params import with_params
 
