@@ -179,7 +179,9 @@ def from_dict(data: Mapping[str, Any], types: Mapping[str, type] | tuple[type, .
 def _build(data: Mapping[str, Any], registry: dict[str, type], where: str) -> Any:
     tag = data.get("_type")
     if tag not in registry:
-        raise ConfigError(f"{where}: unknown config type {tag!r}; known: {', '.join(sorted(registry))}")
+        raise ConfigError(f"{where}: unknown config type {tag!r} (a user algorithm's config is known once "
+                          "podracer.agents.register_algorithm has run in this process); "
+                          f"known: {', '.join(sorted(registry))}")
     cls = registry[tag]
     hints = typing.get_type_hints(cls)
     names = {field.name for field in dataclasses.fields(cls)}

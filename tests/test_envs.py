@@ -192,3 +192,12 @@ def test_env_without_time_limit_is_a_config_error_at_setup(arch, tmp_path):
     with pytest.raises(ConfigError, match=r"^env\.max_episode_steps: .*NoTimeLimit-v0"):
         runner.setup(config)
     runner.setup(dataclasses.replace(config, env=EnvConfig("NoTimeLimit-v0", max_episode_steps=10)))
+
+
+def test_unknown_env_without_a_close_match_says_how_to_register_one():
+    with pytest.raises(UnknownEnvError, match="must be registered with register_jax_env") as info:
+        make_jax_env("MyGridWorld-v0")
+    assert "known: " in str(info.value)
+    with pytest.raises(UnknownEnvError) as close:
+        make_jax_env("CartPole-v0")
+    assert "register_jax_env" not in str(close.value)

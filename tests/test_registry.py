@@ -75,6 +75,9 @@ def test_register_one_call_and_everything_sees_it(capsys):
     finally:
         registry.unregister_algorithm("toy")
     assert "toy" not in algorithms()
+    # A run of it read back in a process that has not registered it says what to do.
+    with pytest.raises(ConfigError, match="unknown config type 'ToyConfig' .*register_algorithm"):
+        from_dict(to_dict(config), config_types())
 
 
 def _metrics_update(averaged: bool, axis: str):
