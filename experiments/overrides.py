@@ -51,21 +51,32 @@ def split_overrides(args: list[str]) -> list[tuple[str, list[str]]]:
 
 
 def apply_overrides(config: Any, args: list[str]) -> Any:
-    """Return `config` with the command-line overrides in `args` applied."""
+    """Return `config` with the command-line overrides in `args` applied (a field given twice:
+    the last value). Each section is rebuilt once with all of its new values, so fields that
+    are only valid together (`--agent.latent-size 32 --agent.shared-torso true`) may come in
+    any order."""
     paths = field_paths(config)
+    changes: dict[str, Any] = {}
     for path, values in split_overrides(args):
         if path not in paths:
             close = difflib.get_close_matches(path, list(paths), n=1)
             hint = f"; did you mean --{close[0].replace('_', '-')}?" if close else ""
             raise OverrideError(f"unknown field {path!r}{hint}")
-        config = _replace(config, path.split("."), parse_value(path, paths[path], values))
-    return config
+        changes[path] = parse_value(path, paths[path], values)
+    return _replace(config, changes)
 
 
-def _replace(config: Any, names: list[str], value: Any) -> Any:
-    head, *rest = names
-    new = value if not rest else _replace(getattr(config, head), rest, value)
-    return dataclasses.replace(config, **{head: new})
+def _replace(config: Any, changes: dict[str, Any], prefix: str = "") -> Any:
+    """`config` with the fields of `changes` (dotted path -> value) under `prefix` replaced,
+    each section rebuilt (and validated) once."""
+    updates: dict[str, Any] = {}
+    for field in dataclasses.fields(config):
+        path = prefix + field.name
+        if path in changes:
+            updates[field.name] = changes[path]
+        elif any(name.startswith(path + ".") for name in changes):
+            updates[field.name] = _replace(getattr(config, field.name), changes, path + ".")
+    return dataclasses.replace(config, **updates) if updates else config
 
 
 def parse_value(path: str, annotation: Any, values: list[str]) -> Any:

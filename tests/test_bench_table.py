@@ -105,3 +105,11 @@ def test_minatar_presets():
         assert (pqn.arch.num_envs, pqn.arch.rollout_length, pqn.agent.num_epochs, pqn.agent.num_minibatches) == \
             (128, 32, 2, 32)
         assert pqn.agent.q_lambda == 0.65 and pqn.agent.layer_norm and pqn.agent.torso == "minatar_cnn"
+
+
+@pytest.mark.parametrize("milestones", [[float("nan")], [float("inf")], [0.5, float("nan")]])
+def test_non_finite_milestones_are_a_config_error(milestones):
+    """`--milestones nan` or `inf` is refused naming --milestones, not a ValueError or
+    OverflowError from converting it to env steps."""
+    with pytest.raises(ConfigError, match="--milestones"):
+        table.milestone_steps(PRESETS["ppo-cartpole-anakin"](), milestones)

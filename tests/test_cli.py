@@ -10,6 +10,7 @@ import pytest
 from experiments.cli import main
 from experiments.overrides import OverrideError, apply_overrides
 from experiments.presets import PRESETS
+from podracer.config import ConfigError
 from tests.helpers import TINY_ARGS, assert_one_line_error, run_main, subprocess_env
 
 
@@ -159,3 +160,19 @@ def test_a_rerun_loads_its_programs_from_the_compilation_cache(tmp_path):
         returns.append([json.loads(line)["episode_return"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()])
     assert any(name.startswith("jit_call") for name in entries[0]), entries[0]
     assert entries[1] == entries[0] and returns[1] == returns[0]
+
+
+def test_overrides_valid_together_apply_in_any_order():
+    """Fields that are only valid together are validated together: the README's
+    `--agent.latent-size 32 --agent.shared-torso true` (and PPO's replay, which needs
+    V-trace) work in either order; a bad combination is still refused, naming the field."""
+    base = PRESETS["ppo-cartpole-anakin"]()
+    for args in (["--agent.latent-size", "32", "--agent.shared-torso", "true"],
+                 ["--agent.shared-torso", "true", "--agent.latent-size", "32"]):
+        config = apply_overrides(base, args)
+        assert config.agent.latent_size == 32 and config.agent.shared_torso is True
+    config = apply_overrides(base, ["--agent.replay-fraction", "0.5", "--agent.advantage", "vtrace", "--seed", "4"])
+    assert (config.agent.replay_fraction, config.agent.advantage, config.seed) == (0.5, "vtrace", 4)
+    assert apply_overrides(base, ["--seed", "1", "--seed", "2"]).seed == 2
+    with pytest.raises(ConfigError, match="agent.shared_torso must be true"):
+        apply_overrides(base, ["--agent.latent-size", "32"])

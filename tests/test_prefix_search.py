@@ -144,3 +144,19 @@ def test_synthesis_baseline_end_to_end_and_a_rerun_synthesises_nothing(tmp_path)
     again = run_baseline(8, "random", 10, str(tmp_path / "b"), cost="synthesis", workers=1, cache_path=cache)
     assert again["syntheses"] == 0 and again["cache_hit_rate"] == 1.0
     assert again["front"] == first["front"]
+
+
+@pytest.mark.parametrize("row, problem", [
+    ({"grid": [], "bits": 0}, "at least 2 rows"),
+    ({"grid": ["1"], "bits": 1}, "at least 2 rows"),
+    ({"grid": ["1", "11", "101", "1001"], "bits": 8}, "bits is 8 but the grid has 4 rows"),
+    ({"grid": ["1", "11", "101", "1001"], "bits": 4, "area": "nan"}, "must be finite"),
+])
+def test_read_designs_refuses_a_malformed_design_with_its_line(tmp_path, row, problem):
+    """A designs file whose design is too small, disagrees with its bits, or has a non-finite
+    cost is a ValueError naming the line (prefix-front turns it into one line), not a
+    traceback from deep in the graph code or a front drawn through NaN."""
+    line = {"area": 3.0, "delay": 3.0, "model": "analytic-0", **row}
+    (tmp_path / "designs.jsonl").write_text(json.dumps(line) + "\n")
+    with pytest.raises(ValueError, match=f"designs.jsonl:1: not a design .*{problem}"):
+        read_designs(str(tmp_path))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import time
 from typing import Any, Callable, Sequence
@@ -52,6 +53,8 @@ def milestone_steps(config: Config, milestones: Sequence[float]) -> list[int]:
     final = final_env_steps(config)
     targets = []
     for m in milestones:
+        if not math.isfinite(m):
+            raise ConfigError(f"--milestones: {m} is neither a fraction in (0, 1] nor env steps <= the run's {final}")
         target = min(int(round(m * config.total_env_steps)), final) if m <= 1 else int(m)
         if m <= 0 or target > final:
             raise ConfigError(f"--milestones: {m} is neither a fraction in (0, 1] nor env steps <= the run's {final}")

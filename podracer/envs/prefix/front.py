@@ -68,7 +68,11 @@ def grid_rows(nodes: np.ndarray) -> list[str]:
 
 
 def nodes_from_rows(rows: Sequence[str]) -> np.ndarray:
+    """The grid `bool [N, N]` of rows of 0/1 (`grid_rows`); ValueError unless it is a legal
+    prefix graph of at least 2 bits."""
     n = len(rows)
+    if n < 2:
+        raise ValueError(f"a prefix graph needs at least 2 rows (bits), got {n}")
     nodes = np.zeros((n, n), bool)
     for i, row in enumerate(rows):
         if len(row) != i + 1 or set(row) - {"0", "1"}:
@@ -103,7 +107,12 @@ def read_designs(path: str) -> tuple[list[Design], str]:
                 continue
             try:
                 row = json.loads(line)
-                designs.append(Design(nodes_from_rows(row["grid"]), float(row["area"]), float(row["delay"])))
+                design = Design(nodes_from_rows(row["grid"]), float(row["area"]), float(row["delay"]))
+                if design.nodes.shape[0] != int(row["bits"]):
+                    raise ValueError(f"bits is {row['bits']} but the grid has {design.nodes.shape[0]} rows")
+                if not (np.isfinite(design.area) and np.isfinite(design.delay)):
+                    raise ValueError(f"area and delay must be finite, got {design.area}, {design.delay}")
+                designs.append(design)
                 models.add(row["model"])
                 widths.add(int(row["bits"]))
             except (ValueError, KeyError, TypeError) as error:
