@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import numbers
+import os
 import types
 import typing
 from typing import Any
+
+import numpy as np
 
 from podracer.config import ConfigError
 
@@ -176,10 +180,12 @@ def override(config: Any, **changes: Any) -> Any:
 
 def coerce_value(path: str, annotation: Any, value: Any) -> Any:
     """A Python value for one field, checked against its annotation as the command line
-    parses strings: an int field takes an int or an integral float (`2e4`), a float field an
-    int or a float, a tuple field a list or tuple; OverrideError (naming `path`) otherwise."""
+    parses strings: an int field takes an integral number (`2e4`, a NumPy integer), a float
+    field any real number, a str field a str or a path, a tuple field a list, tuple or 1-D
+    array; OverrideError (naming `path`) otherwise."""
     origin = typing.get_origin(annotation)
-    if origin is tuple and isinstance(value, (list, tuple)):
+    real = isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+    if origin is tuple and isinstance(value, (list, tuple, np.ndarray)):
         item_type = typing.get_args(annotation)[0]
         return tuple(coerce_value(path, item_type, item) for item in value)
     if origin in (typing.Union, types.UnionType):
@@ -193,12 +199,12 @@ def coerce_value(path: str, annotation: Any, value: Any) -> Any:
                     continue
     elif annotation is bool and isinstance(value, bool):
         return value
-    elif annotation is int and not isinstance(value, bool) and isinstance(value, (int, float)) and float(value).is_integer():
+    elif annotation is int and real and float(value).is_integer():
         return int(value)
-    elif annotation is float and not isinstance(value, bool) and isinstance(value, (int, float)):
+    elif annotation is float and real:
         return float(value)
-    elif annotation is str and isinstance(value, str):
-        return value
+    elif annotation is str and isinstance(value, (str, os.PathLike)):
+        return os.fspath(value)
     elif annotation not in (bool, int, float, str) and origin is not tuple:
         return value  # a Literal, or a type the command line cannot set: left to the section's validation
     raise OverrideError(f"{path} expects {_type_name(annotation)}, got {value!r}")

@@ -100,8 +100,8 @@ def band(returns: np.ndarray, spread: str) -> tuple[np.ndarray, np.ndarray, np.n
 
 
 def plot_figure(
-    run_dirs: Sequence[str], labels: Sequence[str] | None = None, spread: str = "stderr", smooth: int = 1,
-    title: str | None = None,
+    run_dirs: str | os.PathLike | Sequence[str | os.PathLike], labels: Sequence[str] | None = None,
+    spread: str = "stderr", smooth: int = 1, title: str | None = None,
 ) -> Any:
     """The runs' learning curves as a matplotlib `Figure` (return against env steps and
     against wall time; mean over seeds and same-label runs, shaded spread). Made without

@@ -79,10 +79,10 @@ def prepare_run_dir(run_dir: str, config: Config) -> None:
     if it already holds a run's checkpoints (a new run there would be mixed with the old one's
     checkpoints, and a later resume could continue the old run under the new config)."""
     checkpoints = checkpoint_dir(run_dir)
-    if os.path.isdir(checkpoints) and any(name.isdigit() for name in os.listdir(checkpoints)):
-        raise ConfigError(f"run_dir {run_dir!r} already holds a run with checkpoints; continue it with "
-                          f"`podracer train --resume {run_dir}`, or choose another run_dir")
     try:
+        if os.path.isdir(checkpoints) and any(name.isdigit() for name in os.listdir(checkpoints)):
+            raise ConfigError(f"run_dir {run_dir!r} already holds a run with checkpoints; continue it with "
+                              f"`podracer train --resume {run_dir}`, or choose another run_dir")
         os.makedirs(run_dir, exist_ok=True)
         with open(os.path.join(run_dir, "config.json"), "w", encoding="utf-8") as f:
             json.dump(config_lib.to_dict(config), f, indent=2)
@@ -117,7 +117,8 @@ def train(
 ) -> Any:
     """Train as `podracer train` does and return the runner's `TrainResult`.
 
-    Writes `config.run_dir` (default `runs/<name>-<time>`), checkpoints included.
+    Writes `config.run_dir` (default `runs/<name>-<time>`), checkpoints included; a
+    ConfigError if that directory already holds another run's checkpoints (`resume` it).
     `console` overrides `config.log.console` (notebooks may prefer False). `should_stop`
     is polled between host calls: when it returns True the run checkpoints and returns
     with `stopped=True` (`resume(run_dir)` continues it). With several processes

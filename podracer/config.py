@@ -30,10 +30,11 @@ HOST_BACKENDS = ("auto", "envpool", "gymnasium", "jax")
 class EnvConfig:
     """Which environment, and how host environments are wrapped (Sebulba).
 
-    Every field but `id`, `observe` and `params` concerns host environments only
-    (`podracer.envs.make_host_env`); the Atari fields apply to EnvPool's Atari games and are
-    ignored elsewhere. `observe` applies to every environment (`podracer.envs.observe`),
-    `params` to JAX environments, also on the host (`podracer.envs.params`).
+    Every field but `id`, `max_episode_steps`, `observe` and `params` concerns host
+    environments only (`podracer.envs.make_host_env`); the Atari fields apply to EnvPool's
+    Atari games and are ignored elsewhere. `max_episode_steps` and `observe` apply to every
+    environment (`podracer.envs.base.TimeLimitJaxEnv`, `podracer.envs.observe`), `params` to
+    JAX environments, also on the host (`podracer.envs.params`).
     """
 
     id: str = "CartPole-v1"  # environment id: a JAX env (Anakin) or an EnvPool/Gymnasium/JAX id (Sebulba)

@@ -24,9 +24,10 @@ class Sink(Protocol):
 class JsonlSink:
     """Appends one JSON object per row to a file, flushed at once (a crash loses nothing).
 
-    `keep_rows` (when resuming a run) first cuts the file to its first `keep_rows` lines:
-    the rows written after the checkpoint the run continues from are written again. The
-    cut happens at the first write, so a resume that fails before training loses nothing.
+    `keep_rows` first cuts the file to its first `keep_rows` lines: when resuming a run,
+    the rows written after the checkpoint it continues from are written again; a new run
+    gives 0 (rows of an earlier attempt that left no checkpoint go). The cut happens at the
+    first write, so a resume that fails before training loses nothing.
     """
 
     def __init__(self, path: str, keep_rows: int | None = None):

@@ -31,6 +31,7 @@ from sebulba.params import ParamSource
 from sebulba.threads import get
 
 STOP_POLL_S = 0.5  # how often a learner waiting for trajectories checks for a stop request (one process)
+STUCK_S = 10.0  # after a stop request, how long a single-process learner still waits on an actor
 
 AXIS = "learner"  # the learner mesh's axis: the agent averages gradients over it
 
@@ -156,8 +157,8 @@ class Learner:
     is then called with `final=True` (also after the last update), and after every
     other update with `final=False` (it decides whether one is due). `waits` marks the
     update and the stop agreement as waits on the other processes. A single-process run
-    also stops while waiting for trajectories (`take_trajectories`), checkpointing the
-    updates applied so far.
+    whose actor is stuck also stops while waiting for its trajectory (`take_trajectories`),
+    checkpointing the updates applied so far.
     """
 
     update_step: UpdateStep
@@ -215,19 +216,23 @@ class Learner:
                 return
 
     def take_trajectories(self, stop: threading.Event) -> list[RolloutItem] | None:
-        """One trajectory from each actor thread's queue. A single-process run also honours
-        `stop_requested` while it waits (there is no other process to agree with), so an
-        actor stuck in its environment cannot hold off a SIGTERM: None then."""
+        """One trajectory from each actor thread's queue. A single-process run (no other
+        process to agree with) also watches `stop_requested` while it waits: an actor that
+        delivers nothing within `STUCK_S` of a stop request (stuck in its environment) cannot
+        hold off a SIGTERM; None then. Healthy actors deliver well within that grace."""
         alone = jax.process_count() == 1
         items = []
         for q in self.queues:
+            deadline = None
             while True:
                 try:
                     items.append(get(q, stop, timeout_s=STOP_POLL_S)[0])
                     break
                 except queue.Empty:
                     if alone and self.stop_requested():
-                        return None
+                        deadline = deadline or time.monotonic() + STUCK_S
+                        if time.monotonic() > deadline:
+                            return None
         return items
 
     def publish(self, version: int) -> None:

@@ -5,7 +5,9 @@ import importlib
 import importlib.util
 import json
 import os
+import pathlib
 
+import numpy as np
 import pytest
 
 import podracer
@@ -34,6 +36,12 @@ def test_presets_get_converts_values_as_the_command_line_parses_them():
     assert config.arch.devices == (0,) and config.agent.hidden_sizes == (32, 32)
     assert type(config.agent.learning_rate) is float
     hash(config)  # still hashable: lists became tuples
+    # NumPy numbers and paths, as notebooks hold them
+    config = podracer.presets.get("ppo-cartpole-anakin", seed=np.int64(3), run_dir=pathlib.Path("runs") / "x",
+                                  agent=dict(learning_rate=np.float32(0.5), hidden_sizes=np.array([8, 8])))
+    assert (config.seed, config.run_dir, config.agent.hidden_sizes) == (3, "runs/x", (8, 8))
+    assert type(config.seed) is int and type(config.agent.learning_rate) is float
+    assert type(config.agent.hidden_sizes[0]) is int
 
 
 @pytest.mark.parametrize("call, message", [

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from podracer.envs import GYMNAX_IDS, Catch, GymnaxEnv, JaxEnv, UnknownEnvError, make_jax_env, register_jax_env
+from podracer.envs import GYMNAX_IDS, Catch, GymnaxEnv, JaxEnv, UnknownEnvError, make_jax_env
 from podracer.types import BoxSpec, DiscreteSpec, ObsSpec
 
 
@@ -175,16 +175,17 @@ class _NoTimeLimit(JaxEnv):
 
 
 @pytest.mark.parametrize("arch", ["anakin", "sebulba"])
-def test_env_without_time_limit_is_a_config_error_at_setup(arch, tmp_path):
+def test_env_without_time_limit_is_a_config_error_at_setup(arch, tmp_path, monkeypatch):
     """A JaxEnv without `max_episode_steps` is refused at setup with a ConfigError naming
     `env.max_episode_steps` (it used to raise a bare NotImplementedError while compiling,
     after the run directory was written); `env.max_episode_steps` supplies the limit."""
     import anakin
+    import podracer.envs
     import sebulba
     from podracer.agents import PPOConfig
     from podracer.config import Config, ConfigError, EnvConfig
 
-    register_jax_env("NoTimeLimit-v0", _NoTimeLimit, overwrite=True)
+    monkeypatch.setitem(podracer.envs._USER, "NoTimeLimit-v0", _NoTimeLimit)  # registered for this test only
     arch_config = (anakin.AnakinConfig(num_envs=4, rollout_length=8) if arch == "anakin"
                    else sebulba.SebulbaConfig(num_envs=4, rollout_length=8, actor_devices=(0,), learner_devices=(0,)))
     runner = anakin.runner if arch == "anakin" else sebulba.runner

@@ -4,14 +4,18 @@ and reaches the caller with its cause; no thread is left running."""
 from __future__ import annotations
 
 import _thread
+import dataclasses
 import threading
 import time
 
 import pytest
 
 import sebulba.actor
+import sebulba.learner
 import sebulba.runner
+from experiments import train as train_lib
 from podracer.agents import PPOConfig
+from podracer.checkpoint import Checkpointer, checkpoint_dir
 from podracer.config import Config, EnvConfig
 from podracer.envs.host import make_host_env
 from podracer.runner import NonFiniteError
@@ -130,10 +134,11 @@ class StuckEnv(FailingEnv):
 
 
 @pytest.mark.slow
-def test_stop_request_ends_a_run_whose_actor_is_stuck(monkeypatch):
+def test_stop_request_ends_a_run_whose_actor_is_stuck(monkeypatch, tmp_path):
     """A SIGTERM (here `should_stop`) while an actor hangs inside its environment: the
-    single-process learner stops waiting for that actor's trajectory, the run returns as
-    stopped within seconds, and the stuck thread is named in a warning, not waited on."""
+    single-process learner gives up on that actor's trajectory after its grace period,
+    checkpoints the updates it applied, and the run returns as stopped within seconds; the
+    stuck thread is named in a warning, not waited on. The run then resumes."""
     stuck, release = threading.Event(), threading.Event()
 
     def make_env(config, num_envs, seed, num_threads=0):
@@ -142,6 +147,7 @@ def test_stop_request_ends_a_run_whose_actor_is_stuck(monkeypatch):
 
     monkeypatch.setattr(sebulba.actor, "make_host_env", make_env)
     monkeypatch.setattr(sebulba.runner, "JOIN_TIMEOUT_S", 2.0)
+    monkeypatch.setattr(sebulba.learner, "STUCK_S", 1.0)
     stuck_at: list[float] = []
     requested_at: list[float] = []
 
@@ -152,9 +158,10 @@ def test_stop_request_ends_a_run_whose_actor_is_stuck(monkeypatch):
             requested_at.append(time.monotonic())
         return bool(requested_at)
 
+    config = dataclasses.replace(fault_config(), run_dir=str(tmp_path / "run"))
     try:
         with pytest.warns(RuntimeWarning, match="actor-3"):
-            result = train(fault_config(), should_stop=should_stop)
+            result = train_lib.train(config, console=False, should_stop=should_stop)
         assert result.stopped
         assert time.monotonic() - requested_at[0] < 10
         assert sebulba_threads() == ["actor-3"]
@@ -164,3 +171,11 @@ def test_stop_request_ends_a_run_whose_actor_is_stuck(monkeypatch):
     while sebulba_threads() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert sebulba_threads() == []
+    updates = int(result.state.update_count)
+    assert updates >= 1
+    with Checkpointer(checkpoint_dir(config.run_dir), read_only=True) as checkpoints:
+        assert checkpoints.latest_step() == updates
+        assert checkpoints.progress().env_steps == result.env_steps
+    stop_soon = iter([False, True])
+    resumed = train_lib.resume(config.run_dir, console=False, should_stop=lambda: next(stop_soon, True))
+    assert resumed.stopped and int(resumed.state.update_count) > updates

@@ -1,7 +1,9 @@
 """Environment parameters set by name: `EnvConfig.params = ("memory_length=10",)`
 (`--env.params memory_length=10` on the command line) replaces fields of a JAX environment's
 parameters, e.g. gymnax's `EnvParams` (MemoryChain-bsuite's memory length, a time limit
-`max_steps_in_episode`). Values are converted to the type of the field they replace."""
+`max_steps_in_episode`). Values are converted to the type of the field they replace.
+`EnvConfig.max_episode_steps`, where set, is the time limit that truncates episodes whatever
+the parameters say (an environment may still read its own limit, e.g. in its observation)."""
 
 from __future__ import annotations
 
