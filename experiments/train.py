@@ -69,23 +69,34 @@ def load_run_config(run_dir: str) -> Config:
     return config_lib.from_dict(data, config_types())
 
 
-def default_run_dir(name: str) -> str:
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return os.path.join("runs", f"{name}-{stamp}")
+def default_run_dir(name: str, root: str = "runs") -> str:
+    """`root/<name>-<time>`, or with `-2`, `-3`, ... where that exists already (a run
+    started in the same second)."""
+    base = os.path.join(root, f"{name}-{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}")
+    path, attempt = base, 1
+    while os.path.exists(path):
+        attempt += 1
+        path = f"{base}-{attempt}"
+    return path
 
 
-def prepare_run_dir(run_dir: str, config: Config) -> None:
+def prepare_run_dir(run_dir: str, config: Config, defaulted: bool = False) -> None:
     """Create `run_dir` and write the resolved config; ConfigError if it is not writable, or
     if it already holds a run's checkpoints (a new run there would be mixed with the old one's
-    checkpoints, and a later resume could continue the old run under the new config)."""
+    checkpoints, and a later resume could continue the old run under the new config). A
+    `defaulted` directory (`default_run_dir`) must be new: its config is created exclusively,
+    so two runs started in the same second never share one."""
     checkpoints = checkpoint_dir(run_dir)
     try:
         if os.path.isdir(checkpoints) and any(name.isdigit() for name in os.listdir(checkpoints)):
             raise ConfigError(f"run_dir {run_dir!r} already holds a run with checkpoints; continue it with "
                               f"`podracer train --resume {run_dir}`, or choose another run_dir")
         os.makedirs(run_dir, exist_ok=True)
-        with open(os.path.join(run_dir, "config.json"), "w", encoding="utf-8") as f:
+        with open(os.path.join(run_dir, "config.json"), "x" if defaulted else "w", encoding="utf-8") as f:
             json.dump(config_lib.to_dict(config), f, indent=2)
+    except FileExistsError:
+        raise ConfigError(f"run_dir {run_dir!r} was taken by another run started at the same moment; "
+                          "give each run its own --run-dir") from None
     except OSError as error:
         raise ConfigError(f"run_dir {run_dir!r} is not writable: {error.strerror or error}") from None
 
@@ -129,10 +140,12 @@ def train(
     runner = runner_for(config)
     with run_session(config.distributed, should_stop) as waits:
         timeout_s = config.distributed.timeout_s
+        defaulted = not config.run_dir
         given = config.run_dir or (default_run_dir(name) if distributed.is_leader() else None)
         config = startup.agree_on_config(config, given, None, timeout_s)
         prepared = check_setup(runner, config, waits, new_run=True)
-        startup.check_shared_storage(config.run_dir, lambda: prepare_run_dir(config.run_dir, config), timeout_s)
+        startup.check_shared_storage(config.run_dir, lambda: prepare_run_dir(config.run_dir, config, defaulted),
+                                     timeout_s)
         return _run(runner, config, prepared, console, on_metrics, should_stop, None, waits)
 
 

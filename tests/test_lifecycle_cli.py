@@ -19,7 +19,7 @@ from experiments.cli import main
 from experiments.signals import stop_on_signals
 from podracer.agents import make_agent
 from podracer.checkpoint import Checkpointer, checkpoint_dir
-from podracer.config import to_dict
+from podracer.config import ConfigError, to_dict
 from podracer.envs import make_jax_env
 from tests.helpers import (
     REPO,
@@ -305,3 +305,16 @@ def test_cartpole_episode_renders_to_frames():
     assert frames.dtype == np.uint8 and frames.shape[1:] == (200, 300, 3)
     assert 5 < len(frames) < 100  # the pole falls: the episode ends early
     assert not np.array_equal(frames[0], frames[-1])
+
+
+def test_default_run_dirs_are_never_shared(tmp_path):
+    """Runs started in the same second get their own default directories (`-2`, ...), and
+    one that another run claimed in the meantime is refused rather than shared."""
+    first = train_lib.default_run_dir("ppo", root=str(tmp_path))
+    os.makedirs(first)
+    second = train_lib.default_run_dir("ppo", root=str(tmp_path))
+    assert second != first and os.path.basename(second).startswith(os.path.basename(first))
+    train_lib.prepare_run_dir(first, TINY, defaulted=True)
+    with pytest.raises(ConfigError, match="taken by another run started at the same moment"):
+        train_lib.prepare_run_dir(first, TINY, defaulted=True)
+    train_lib.prepare_run_dir(first, TINY)  # a directory the user names may be reused (no checkpoints)
