@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import sys
@@ -174,6 +175,8 @@ def cmd_launch_local(preset: str | None, resume_dir: str | None, overrides: list
 
     if num_processes < 1:
         fail(f"-n must be >= 1, got {num_processes}")
+    if cpu_devices is not None and cpu_devices < 1:
+        fail(f"--cpu-devices must be >= 1, got {cpu_devices}")
     if (preset is None) == (resume_dir is None):
         fail("give a preset to train, or --resume RUN_DIR (not both)")
     if resume_dir is not None:
@@ -227,9 +230,11 @@ def cmd_bench_prefix(args: argparse.Namespace, overrides: list[str]) -> None:
 
 def cmd_bench(arch: str, preset: str | None, overrides: list[str], as_json: bool, seconds: float,
               compare_reference: bool = False) -> None:
-    config = resolve_config(preset or f"ppo-cartpole-{arch}", overrides)
     if compare_reference and arch != "anakin":
         fail("--compare-reference applies to bench anakin")
+    if arch == "sebulba" and not (math.isfinite(seconds) and seconds > 0):
+        fail(f"--seconds must be a positive number of seconds, got {seconds}")
+    config = resolve_config(preset or f"ppo-cartpole-{arch}", overrides)
     if arch == "anakin":
         from experiments.bench import bench_anakin
 

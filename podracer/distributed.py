@@ -24,7 +24,7 @@ import jax
 import numpy as np
 
 from podracer import parallel
-from podracer.config import DistributedConfig
+from podracer.config import ConfigError, DistributedConfig
 
 
 class DistributedError(RuntimeError):
@@ -71,7 +71,12 @@ def initialize(config: DistributedConfig) -> None:
     timeouts = {"heartbeat_timeout_seconds": config.heartbeat_timeout_s,
                 "initialization_timeout": config.timeout_s, "shutdown_timeout_seconds": config.timeout_s}
     if config.coordinator == "auto":
-        jax.distributed.initialize(**timeouts)
+        try:
+            jax.distributed.initialize(**timeouts)
+        except ValueError as error:  # JAX detected no cluster (SLURM, Open MPI, a TPU pod) to join
+            raise ConfigError(f"distributed.coordinator: 'auto' found no cluster to join here ({error}); give "
+                              "host:port of process 0 with --distributed.num-processes and "
+                              "--distributed.process-id, or leave distributed.* unset for one process") from None
     else:
         jax.distributed.initialize(coordinator_address=config.coordinator, num_processes=config.num_processes,
                                    process_id=config.process_id, **timeouts)

@@ -67,7 +67,8 @@ def read_jsonl(path: str) -> list[dict[str, Any]]:
 
 
 class TensorBoardSink:
-    """Every numeric field as a scalar against `env_steps`."""
+    """Every numeric field as a scalar against `env_steps`; a list of numbers (a
+    multi-seed run's `episode_return_per_seed`) as one scalar per entry, `NAME/K`."""
 
     def __init__(self, logdir: str):
         from tensorboardX import SummaryWriter
@@ -77,7 +78,13 @@ class TensorBoardSink:
     def write(self, row: dict[str, Any]) -> None:
         step = int(row["env_steps"])
         for name, value in row.items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and name != "env_steps":
+            if name == "env_steps":
+                continue
+            if isinstance(value, (list, tuple)):
+                for k, entry in enumerate(value):
+                    if _is_number(entry):
+                        self._writer.add_scalar(f"{name}/{k}", entry, step)
+            elif _is_number(value):
                 self._writer.add_scalar(name, value, step)
         self._writer.flush()
 
@@ -161,6 +168,11 @@ class MultiSink:
     def close(self) -> None:
         for sink in self.sinks:
             sink.close()
+
+
+def _is_number(value: Any) -> bool:
+    """An int or a float, not a bool (None, a missing seed's return, is not one)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _finite(row: dict[str, Any]) -> dict[str, Any]:

@@ -34,6 +34,11 @@ from tests.helpers import TINY_ARGS, assert_one_line_error, run_main, subprocess
         (["train", "ppo-cartpole-anakin", "--seed", "4294967296"], "seed must be < 2**32"),
         (["train", "ppo-cartpole-anakin", "--arch.updates-per-call", "1e10"], "arch.updates_per_call must be < 2**31"),
         (["bench", "sebulbaa"], "invalid choice"),
+        (["bench", "sebulba", "--seconds", "0"], "--seconds must be a positive number of seconds, got 0.0"),
+        (["bench", "sebulba", "--seconds", "-1"], "--seconds must be a positive number of seconds, got -1.0"),
+        (["bench", "sebulba", "--seconds", "nan"], "--seconds must be a positive number of seconds, got nan"),
+        (["launch-local", "-n", "1", "--cpu-devices", "0", "ppo-cartpole-anakin"], "--cpu-devices must be >= 1, got 0"),
+        (["launch-local", "-n", "2", "--cpu-devices", "-3", "ppo-cartpole-anakin"], "--cpu-devices must be >= 1, got -3"),
     ],
 )
 def test_user_errors_exit_2_with_one_line(capsys, argv, message):
@@ -48,6 +53,22 @@ def test_cpu_devices_splits_the_cpu_before_jax_starts():
                            "--arch.learner-devices", "5"], capture_output=True, text=True, env=subprocess_env(), timeout=55)
     assert done.returncode == 2
     assert "arch.learner_devices names device 5 but only 3 exist" in done.stderr, done.stderr
+
+
+@pytest.mark.timeout(60)
+def test_coordinator_auto_outside_a_cluster_is_a_user_error(tmp_path):
+    """`--distributed.coordinator auto` where JAX finds no cluster (no SLURM, Open MPI or
+    TPU pod): one line naming the field, exit 2, no run directory; in a fresh process, as
+    joining a cluster must come before JAX's backends start."""
+    env = {k: v for k, v in subprocess_env().items() if not k.startswith(("SLURM_", "OMPI_", "PMI_"))}
+    run_dir = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "experiments.cli", "train", "ppo-cartpole-anakin", "--run-dir",
+                           str(run_dir), "--distributed.coordinator", "auto", "--distributed.timeout-s", "5"],
+                          capture_output=True, text=True, env=env, timeout=55)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert lines[-1].startswith("podracer: error: distributed.coordinator: 'auto' found no cluster"), done.stderr
+    assert not run_dir.exists()
 
 
 def test_unwritable_run_dir_fails_before_compiling(tmp_path, capsys):

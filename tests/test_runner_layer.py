@@ -164,3 +164,37 @@ def test_device_state_helpers():
     np.testing.assert_array_equal(host[:, 3], np.arange(6.0).reshape(2, 3))
     traced = jax.jit(lambda t: broadcast_device_axis(t, 4))({"b": jnp.ones((5,))})["b"]
     assert traced.shape == (4, 5)
+
+
+def _tensorboard_scalars(logdir) -> dict[str, list[tuple[int, float]]]:
+    """`{tag: [(step, value), ...]}` from the TensorBoard event files in `logdir`."""
+    import struct
+
+    from tensorboardX.proto import event_pb2
+
+    scalars: dict[str, list[tuple[int, float]]] = {}
+    for path in sorted(logdir.glob("events.*")):
+        data, i = path.read_bytes(), 0
+        while i < len(data):
+            (size,) = struct.unpack("<Q", data[i:i + 8])
+            event = event_pb2.Event.FromString(data[i + 12:i + 12 + size])
+            i += 12 + size + 4
+            for value in event.summary.value:
+                scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
+    return scalars
+
+
+def test_tensorboard_carries_the_rows_numbers_and_each_seeds_return(tmp_path):
+    """README: `tensorboard/` holds the same as metrics.jsonl, so a multi-seed run's
+    `episode_return_per_seed` too (one scalar per seed; a seed without episodes: none)."""
+    from podracer.logging import TensorBoardSink
+
+    sink = TensorBoardSink(str(tmp_path))
+    sink.write({"env_steps": 512, "sps": 10.0, "wall_s": 1.0, "episode_return": 3.0, "episode_length": 3.0,
+                "episodes": 2, "episode_return_per_seed": [2.0, None, 4.0], "loss": 0.5, "learning": True})
+    sink.close()
+    scalars = _tensorboard_scalars(tmp_path)
+    assert scalars["episode_return"] == [(512, 3.0)] and scalars["episodes"] == [(512, 2.0)]
+    assert scalars["episode_return_per_seed/0"] == [(512, 2.0)]
+    assert scalars["episode_return_per_seed/2"] == [(512, 4.0)]
+    assert "episode_return_per_seed/1" not in scalars and "env_steps" not in scalars and "learning" not in scalars
