@@ -12,6 +12,7 @@ from experiments.cli import main
 from podracer.envs.prefix import graph as G
 from podracer.envs.prefix import synthesis
 from podracer.envs.prefix.builders import classic_adders
+from podracer.envs.prefix.front import grid_rows
 from podracer.envs.prefix.reward_pool import RewardPool, analytic_cost, cache_designs
 
 needs_synthesis = pytest.mark.skipif(
@@ -44,6 +45,21 @@ def test_a_cache_file_records_every_graph_synthesised_under_its_flow(tmp_path):
     for d in designs:
         assert (d.area, d.delay) == (G.area(d.nodes), G.delay(d.nodes))
     assert len(cache_designs(path, "another-flow")) == 3
+
+
+def test_cache_designs_skips_a_damaged_row_without_its_key(tmp_path):
+    """A row whose key was lost (hand-edited or damaged) is skipped like any other bad row,
+    not a KeyError out of `bench prefix --run-dir`."""
+    path = tmp_path / "cache.jsonl"
+    good, damaged = classic_adders(8)["sklansky"], classic_adders(8)["ripple"]
+    with RewardPool(evaluate=analytic_cost, identity="analytic-0", executor=cf.ThreadPoolExecutor(1),
+                    cache_path=str(path)) as pool:
+        pool.costs([good], timeout_s=30)
+    row = {"area": 7.0, "delay": 7.0, "grid": grid_rows(damaged)}  # no "key"
+    with open(path, "a") as f:
+        f.write(json.dumps(row) + "\n")
+    designs = cache_designs(str(path), "analytic-0")
+    assert [d.nodes.tobytes() for d in designs] == [good.tobytes()]
 
 
 def test_bench_prefix_user_errors_exit_2_before_training(tmp_path, capsys):

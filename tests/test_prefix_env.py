@@ -53,6 +53,20 @@ def test_registry_ids_and_specs():
         register_jax_env("PrefixAdder-9", PrefixAdderEnv)
 
 
+@pytest.mark.parametrize("env_id", ["PrefixAdder-16-w.", "PrefixAdder-16-w1.2.3", "PrefixAdderSynth-8-w0..5"])
+def test_a_malformed_area_weight_is_not_a_prefix_adder_id(env_id):
+    """`-w` takes a decimal number; anything else is an unknown id (with close matches), not
+    "could not convert string to float"."""
+    from podracer.envs.prefix.host_env import parse_host_id
+
+    assert parse_host_id(env_id) is None
+    if not env_id.startswith("PrefixAdderSynth"):
+        with pytest.raises(UnknownEnvError, match="unknown JAX environment.*did you mean"):
+            make_jax_env(env_id)
+    assert make_jax_env("PrefixAdder-8-w.5").area_weight == 0.5
+    assert make_jax_env("PrefixAdder-8-w1.").area_weight == 1.0
+
+
 @pytest.mark.slow
 def test_dynamics_masks_observations_and_rewards_match_the_reference():
     n, steps, num_envs = 8, 12, 6

@@ -169,6 +169,17 @@ def test_structure_preserving_synthesis_keeps_the_classic_order_at_32_bits():
     assert area["ripple"] < area["brent-kung"] < area["sklansky"] < area["kogge-stone"], area
 
 
+def test_a_synthesis_that_runs_past_its_timeout_is_a_synthesis_error(tmp_path):
+    """A hung `yosys-abc` raises SynthesisError naming the timeout (not subprocess's
+    TimeoutExpired with ABC's whole command line)."""
+    hung = tmp_path / "yosys-abc"
+    hung.write_text("#!/bin/sh\nsleep 30\n")
+    hung.chmod(0o755)
+    spec = synthesis.SynthesisSpec(str(hung), str(tmp_path / "cells.lib"), timeout_s=0.2)
+    with pytest.raises(synthesis.SynthesisError, match=r"did not finish within 0.2 s"):
+        synthesis.synthesize(sklansky(8), spec)
+
+
 @needs_yosys
 def test_synthesis_mapping_is_equivalent_to_the_netlist(tmp_path):
     """ABC's combinational equivalence check: the mapped adder equals the graph's netlist."""

@@ -109,6 +109,18 @@ def test_prefix_baseline_command_writes_the_front_as_verilog_that_adds(tmp_path,
     assert again["front"] == summary["front"] and again["hypervolume"] == summary["hypervolume"]
 
 
+def test_a_rerun_into_the_same_out_leaves_only_its_own_front_as_verilog(tmp_path, capsys):
+    """A second baseline (smaller front) into the same --out: front/ holds its modules only,
+    not the first run's as well (two files would define module adder8_0)."""
+    out = str(tmp_path / "x")
+    for budget in ("40", "3"):
+        main(["prefix-baseline", "--bits", "8", "--method", "random", "--budget", budget, "--cost", "analytic",
+              "--out", out, "--json"])
+        summary = json.loads(capsys.readouterr().out)
+    written = sorted(os.path.join(out, "front", name) for name in os.listdir(os.path.join(out, "front")))
+    assert written == sorted(summary["verilog"])
+
+
 @pytest.mark.parametrize("args, message", [
     (["prefix-baseline", "--bits", "2", "--out", "{tmp}/x", "--cost", "analytic"], "--bits must be >= 3"),
     (["prefix-baseline", "--budget", "0", "--out", "{tmp}/x", "--cost", "analytic"], "--budget must be >= 1"),

@@ -34,7 +34,7 @@ from podracer.types import DiscreteSpec, MaskedObs, ObsSpec
 
 RESETS = ("ripple", "sklansky", "random", "mixed")
 PREFIX_BITS = (8, 16, 32, 64)  # the ids `PrefixAdder-<bits>` listed by `jax_env_ids`
-_ID = re.compile(r"^PrefixAdder-(\d+)(?:-w([0-9.]+))?$")
+_ID = re.compile(r"^PrefixAdder-(\d+)(?:-w(\d+(?:\.\d*)?|\.\d+))?$")
 
 
 @struct.dataclass

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
@@ -23,6 +24,7 @@ from podracer.envs.prefix.graph import check_graph, is_legal
 from podracer.envs.prefix.netlist import to_verilog
 
 DESIGNS_FILE = "designs.jsonl"
+_FRONT_FILE = re.compile(r"^adder\d+_\d+_area.*_delay.*\.v$")  # what `write_verilog_front` names
 
 
 class Design(NamedTuple):
@@ -132,8 +134,12 @@ def front_designs(designs: Sequence[Design]) -> list[Design]:
 
 def write_verilog_front(designs: Sequence[Design], directory: str) -> list[str]:
     """Write each design as `DIR/adder<N>_<k>_area<A>_delay<D>.v`, a module
-    `adder<N>_<k>(a, b, s)` adding two N-bit numbers; the paths written."""
+    `adder<N>_<k>(a, b, s)` adding two N-bit numbers; the paths written. Modules an earlier
+    call wrote there are removed first, so the directory holds this front only."""
     os.makedirs(directory, exist_ok=True)
+    for name in os.listdir(directory):
+        if _FRONT_FILE.match(name):
+            os.remove(os.path.join(directory, name))
     paths = []
     for k, d in enumerate(designs):
         n = d.nodes.shape[0]

@@ -33,7 +33,7 @@ from podracer.envs.prefix.reward_pool import RewardPool
 from podracer.envs.prefix.synthesis import find_synthesis
 from podracer.types import DiscreteSpec, MaskedObs, TimeStep
 
-_HOST_ID = re.compile(r"^PrefixAdder(Synth)?-(\d+)(?:-w([0-9.]+))?$")
+_HOST_ID = re.compile(r"^PrefixAdder(Synth)?-(\d+)(?:-w(\d+(?:\.\d*)?|\.\d+))?$")
 CACHE_ENV_VAR = "PODRACER_PREFIX_CACHE"
 
 

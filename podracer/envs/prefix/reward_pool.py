@@ -72,9 +72,10 @@ def cache_designs(path: str, identity: str) -> list[Design]:
                 row = json.loads(line)
                 nodes = nodes_from_rows(row["grid"])
                 cost = float(row["area"]), float(row["delay"])
+                key = row["key"]
             except (ValueError, KeyError, TypeError):
                 continue
-            if row["key"] == graph_key(nodes, identity):
+            if key == graph_key(nodes, identity):
                 designs.append(Design(nodes, *cost))
     return designs
 

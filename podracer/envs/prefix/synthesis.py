@@ -39,7 +39,7 @@ class SynthesisUnavailable(ValueError):
 
 
 class SynthesisError(RuntimeError):
-    """ABC ran but did not report an area and a delay."""
+    """ABC failed, timed out, or did not report an area and a delay."""
 
 
 class SynthesisResult(NamedTuple):
@@ -96,8 +96,12 @@ def run_abc(blif: str, spec: SynthesisSpec) -> str:
         with open(path, "w") as f:
             f.write(blif)
         script = f"read_lib -w {spec.liberty}; read_blif {path}; {spec.flow}"
-        result = subprocess.run([spec.abc, "-c", script], capture_output=True, text=True, timeout=spec.timeout_s,
-                                check=False, cwd=tmp)
+        try:
+            result = subprocess.run([spec.abc, "-c", script], capture_output=True, text=True,
+                                    timeout=spec.timeout_s, check=False, cwd=tmp)
+        except subprocess.TimeoutExpired:
+            raise SynthesisError(f"yosys-abc did not finish within {spec.timeout_s:g} s "
+                                 "(SynthesisSpec.timeout_s)") from None
     output = _ANSI.sub("", result.stdout + result.stderr)
     if result.returncode != 0:
         raise SynthesisError(f"yosys-abc exited with {result.returncode}: {output.strip()[-300:]}")
