@@ -171,12 +171,13 @@ def host_episode_returns(config: Config, policy: Policy, params: Params, key: PR
     env = make_host_env(config.env, episodes, seed)
     returns = np.full(episodes, np.nan)
     frames: list[np.ndarray] = []
+    stacked = getattr(env, "frame_stack", None) is not None  # Atari: channels are frames, not RGB
     core, start = policy.initial(episodes)
     try:
         obs = env.reset()
         while np.isnan(returns).any():
             if record and np.isnan(returns[0]):
-                frames.append(_frame(np.asarray(jax.tree.leaves(split_mask(obs)[0])[0][0])))
+                frames.append(_frame(np.asarray(jax.tree.leaves(split_mask(obs)[0])[0][0]), stacked))
             key, act_key = jax.random.split(key)
             action, core = act(params, obs, act_key, core, start)
             env.send(np.asarray(action))
@@ -191,10 +192,11 @@ def host_episode_returns(config: Config, policy: Policy, params: Params, key: PR
     return returns, (np.stack(frames) if record else None)
 
 
-def _frame(obs: np.ndarray) -> np.ndarray:
+def _frame(obs: np.ndarray, stacked: bool = False) -> np.ndarray:
     """An image observation `[H, W, C]` as RGB `uint8 [H, W, 3]`: the newest frame of a
-    frame stack (grayscale) or the image itself (3 channels)."""
-    image = obs if obs.shape[-1] == 3 else np.repeat(obs[..., -1:], 3, axis=-1)
+    frame stack (grayscale; `stacked`, or C other than 3) or the image itself (3 channels).
+    An Atari stack of 3 frames is a stack, not colours."""
+    image = obs if obs.shape[-1] == 3 and not stacked else np.repeat(obs[..., -1:], 3, axis=-1)
     return np.asarray(image, np.uint8)
 
 

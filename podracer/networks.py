@@ -121,8 +121,11 @@ class GaussianActorCritic(nn.Module):
 
 
 def _scale_frames(x: jax.Array) -> jax.Array:
-    """uint8 frames `[B, H, W, C]` to float32 in [0, 1], on the device."""
-    return x.astype(jnp.float32) / 255.0
+    """uint8 frames `[B, H, W, C]` to float32 in [0, 1], on the device; float inputs (frames
+    already scaled, or normalised by `--agent.normalize-observations`) are kept as they are."""
+    if x.dtype == jnp.uint8:
+        return x.astype(jnp.float32) / 255.0
+    return x.astype(jnp.float32)
 
 
 class NatureCNN(nn.Module):

@@ -67,3 +67,16 @@ def test_ppo_with_a_cnn_torso_acts_and_learns():
     moved = jax.tree.map(lambda a, b: float(jnp.abs(a - b).max()), new.params, state.params)
     assert min(jax.tree.leaves(moved)) > 0, moved  # every kernel and bias took a step
     assert all(bool(jnp.isfinite(x).all()) for x in jax.tree.leaves(new.params))
+
+
+@pytest.mark.parametrize("torso", ["NatureCNN", "ImpalaCNN"])
+def test_cnn_torsos_scale_uint8_frames_only(torso):
+    """uint8 frames are scaled to [0, 1]; float inputs (frames already scaled, or
+    observations normalised by `--agent.normalize-observations`) are used as they are."""
+    from podracer import networks
+
+    module = getattr(networks, torso)()
+    frames = jax.random.randint(jax.random.key(0), (2, 84, 84, 4), 0, 256).astype(jnp.uint8)
+    params = module.init(jax.random.key(1), frames)
+    scaled = frames.astype(jnp.float32) / 255.0
+    np.testing.assert_allclose(module.apply(params, scaled), module.apply(params, frames), rtol=1e-5, atol=1e-6)

@@ -94,3 +94,18 @@ def test_non_finite_parameters_on_a_checkpoint_step_keep_the_last_good_checkpoin
     with Checkpointer(str(tmp_path / "checkpoints"), read_only=True) as checkpoints:
         params, _ = checkpoints.restore_part(abstract, ("agent", "params"))
     assert all(bool(jax.numpy.isfinite(leaf).all()) for leaf in jax.tree.leaves(params))
+
+
+@pytest.mark.parametrize("frame_stack", [3, 4])
+def test_atari_video_draws_the_newest_grayscale_frame(frame_stack):
+    """`evaluate --video` of an Atari run draws the newest of the stacked frames in gray,
+    also with `--env.frame-stack 3`, whose 3 channels are frames, not red, green and blue."""
+    import numpy as np
+
+    from experiments.evaluate import Policy, host_episode_returns
+
+    config = dataclasses.replace(TINY, env=EnvConfig("Breakout-v5", frame_stack=frame_stack, max_episode_steps=30))
+    policy = Policy(lambda p, obs, key, core, start: (np.ones(len(obs), np.int32), core), lambda n: (None, None))
+    _, frames = host_episode_returns(config, policy, None, jax.random.key(0), 1, record=True)
+    assert frames.shape == (30, 84, 84, 3) and frames.dtype == np.uint8
+    assert (frames[..., 0] == frames[..., 1]).all() and (frames[..., 1] == frames[..., 2]).all()

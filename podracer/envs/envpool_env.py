@@ -94,6 +94,8 @@ class EnvPoolEnv:
         self.num_envs = num_envs
         self.observation_spec, self.action_spec = _specs_of(spec, env_config.id)
         self._atari = _is_atari(spec)
+        # Atari: the observation's last axis stacks this many grayscale frames (not colours)
+        self.frame_stack: int | None = env_config.frame_stack if self._atari else None
         self._episodic_life = self._atari and env_config.episodic_life
         self._pool = envpool.make(
             env_config.id, env_type="gymnasium", num_envs=num_envs, batch_size=num_envs,
