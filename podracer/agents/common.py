@@ -58,8 +58,7 @@ def make_torso(
     """A fresh torso module of the kind a config names (`TORSOS`); `layer_norm` applies to
     the MLP and MinAtar torsos."""
     obs_spec = network_obs_spec(obs_spec)
-    if torso != "mlp":
-        check_cnn_observations(torso, tuple(obs_spec.shape))
+    check_cnn_observations(torso, tuple(obs_spec.shape))
     if torso == "mlp":
         return networks.MLP(tuple(hidden_sizes), activation, obs_ndim=len(obs_spec.shape), layer_norm=layer_norm)
     if torso == "minatar_cnn":

@@ -110,17 +110,12 @@ class JaxEnv:
         return next_state, timestep
 
 
-class TimeLimitJaxEnv(JaxEnv):
-    """`env` truncated after `max_steps` steps (`EnvConfig.max_episode_steps`) instead of its
-    own time limit; dynamics, specs and rendering unchanged."""
+class JaxEnvWrapper(JaxEnv):
+    """`env` unchanged: every part of the protocol delegated to it. A wrapper overrides
+    what it changes."""
 
-    def __init__(self, env: JaxEnv, max_steps: int) -> None:
-        self.env, self.name, self._max_steps = env, env.name, max_steps
-
-    def __getattr__(self, name: str) -> Any:  # render, render_fps, ...: the environment's own
-        if name == "env":
-            raise AttributeError(name)
-        return getattr(self.env, name)
+    def __init__(self, env: JaxEnv) -> None:
+        self.env, self.name = env, env.name
 
     @property
     def default_params(self) -> Any:
@@ -133,13 +128,30 @@ class TimeLimitJaxEnv(JaxEnv):
         return self.env.step_env(key, state, action, params)
 
     def max_episode_steps(self, params: Any) -> int:
-        return self._max_steps
+        return self.env.max_episode_steps(params)
 
     def observation_spec(self, params: Any) -> ObservationSpec:
         return self.env.observation_spec(params)
 
     def action_spec(self, params: Any) -> ActionSpec:
         return self.env.action_spec(params)
+
+
+class TimeLimitJaxEnv(JaxEnvWrapper):
+    """`env` truncated after `max_steps` steps (`EnvConfig.max_episode_steps`) instead of its
+    own time limit; dynamics, specs and rendering unchanged."""
+
+    def __init__(self, env: JaxEnv, max_steps: int) -> None:
+        super().__init__(env)
+        self._max_steps = max_steps
+
+    def __getattr__(self, name: str) -> Any:  # render, render_fps, ...: the environment's own
+        if name == "env":
+            raise AttributeError(name)
+        return getattr(self.env, name)
+
+    def max_episode_steps(self, params: Any) -> int:
+        return self._max_steps
 
 
 def clip_action(action: Array, spec: ActionSpec) -> Array:

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from podracer.config import ConfigError
-from podracer.envs.base import JaxEnv
+from podracer.envs.base import JaxEnv, JaxEnvWrapper
 from podracer.envs.host import HostEnv, HostStep, env_metrics
 from podracer.types import ObsSpec
 
@@ -34,17 +34,13 @@ def observed_spec(spec: Any, observe: tuple[int, ...], env_id: str) -> ObsSpec:
     return ObsSpec((len(observe),), spec.dtype)
 
 
-class ObservedJaxEnv(JaxEnv):
+class ObservedJaxEnv(JaxEnvWrapper):
     """`env` with observations `obs[..., observe]`; dynamics, rewards and limits unchanged."""
 
     def __init__(self, env: JaxEnv, observe: tuple[int, ...], env_id: str) -> None:
-        self.env, self.name = env, env.name
+        super().__init__(env)
         self._spec = observed_spec(env.observation_spec(env.default_params), observe, env_id)
         self._index = np.asarray(observe, np.int32)
-
-    @property
-    def default_params(self) -> Any:
-        return self.env.default_params
 
     def _select(self, obs: Any) -> Any:
         return jnp.take(obs, self._index, axis=-1)
@@ -57,14 +53,8 @@ class ObservedJaxEnv(JaxEnv):
         inner, obs, reward, terminated = self.env.step_env(key, state, action, params)
         return inner, self._select(obs), reward, terminated
 
-    def max_episode_steps(self, params: Any) -> int:
-        return self.env.max_episode_steps(params)
-
     def observation_spec(self, params: Any) -> ObsSpec:
         return self._spec
-
-    def action_spec(self, params: Any):
-        return self.env.action_spec(params)
 
 
 class ObservedHostEnv:
