@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -12,9 +13,10 @@ import jax.numpy as jnp
 from podracer.config import Config, ConfigError
 
 
-def _timed_calls(call: Any, state: Any, n: int, repeats: int) -> tuple[Any, float]:
-    """Run `call(state, n)` `repeats` times; wall seconds per call (after one warm-up)."""
-    state, out = call(state, jnp.int32(n))
+def _timed_calls(call: Any, state: Any, n: int, repeats: int, warmup: int = 1) -> tuple[Any, float]:
+    """Run `call(state, n)` `repeats` times; wall seconds per call (after `warmup` calls)."""
+    for _ in range(warmup):
+        state, out = call(state, jnp.int32(n))
     jax.block_until_ready(out)
     start = time.perf_counter()
     for _ in range(repeats):
@@ -62,27 +64,36 @@ def bench_anakin(config: Config, repeats: int = 5, compare_reference: bool = Fal
     state = runner.initial_state(config, s)
     train_call = program.make_train_call(s.env, s.env_params, s.agent, s.mesh, arch.rollout_length)
     compiled, compile_s = _compiled(train_call, state, n)
+    warmup = warmup_calls(config, n * s.sizes.steps_per_update)
     if not compare_reference:
-        state, train_s = _timed_calls(compiled, state, n, repeats)
+        state, train_s = _timed_calls(compiled, state, n, repeats, warmup)
         state, rollout_s = _rollout_seconds(config, s, state, n, repeats)
-        result = _result(config, s, steps_per_call, train_s, rollout_s, compile_s)
+        result = _result(config, s, steps_per_call, train_s, rollout_s, compile_s, warmup)
         result.update(_without_search(config, s, state, n, repeats, steps_per_call, rollout_s))
         return result
 
     ours = _Timed(compiled, state)
     reference, reference_compile_s = _reference_call(config, s.sizes.num_updates, n)
-    for timed in (ours, reference):
-        timed.run(n, record=False)  # warm-up
+    for _ in range(warmup):
+        ours.run(n, record=False)
+    reference.run(n, record=False)  # PPO: one warm-up
     for _ in range(repeats):
         for timed in (ours, reference):
             timed.run(n)
     train_s, reference_s = sum(ours.seconds) / repeats, sum(reference.seconds) / repeats
     _, rollout_s = _rollout_seconds(config, s, ours.state, n, repeats)
-    result = _result(config, s, steps_per_call, train_s, rollout_s, compile_s)
+    result = _result(config, s, steps_per_call, train_s, rollout_s, compile_s, warmup)
     reference_sps = steps_per_call / reference_s
     result.update(reference_sps=round(reference_sps, 1), speedup=round(result["sps"] / reference_sps, 3),
                   reference_compile_s=round(reference_compile_s, 2))
     return result
+
+
+def warmup_calls(config: Config, steps_per_call: int) -> int:
+    """Untimed calls before timing: one (compilation's last costs), or as many as it takes
+    to pass the agent's `learning_starts` (env steps per seed, as `steps_per_call`): a
+    replay agent takes no gradient step before, so timing earlier would time acting alone."""
+    return max(1, math.ceil(getattr(config.agent, "learning_starts", 0) / steps_per_call))
 
 
 def _check_reference(config: Config) -> None:
@@ -142,7 +153,7 @@ def _without_search(config: Config, s: Any, state: Any, n: int, repeats: int, st
 
 
 def _result(config: Config, s: Any, steps_per_call: int, train_s: float, rollout_s: float,
-            compile_s: float) -> dict[str, Any]:
+            compile_s: float, warmup: int) -> dict[str, Any]:
     sps, limit_sps = steps_per_call / train_s, steps_per_call / rollout_s
     return {
         "arch": "anakin",
@@ -151,6 +162,7 @@ def _result(config: Config, s: Any, steps_per_call: int, train_s: float, rollout
         "limit_sps": round(limit_sps, 1),
         "ratio": round(sps / limit_sps, 4),
         "compile_s": round(compile_s, 2),
+        "warmup_calls": warmup,
         # On, a program compiled before loads from JAX's persistent cache: compile_s is then that load.
         "compilation_cache": bool(jax.config.jax_compilation_cache_dir),
         "devices": s.sizes.num_devices,

@@ -24,6 +24,7 @@ from typing import NoReturn
 from experiments.cli_parser import build_parser, fail, preset_and_overrides
 from podracer.config import ConfigError
 from podracer.distributed import DistributedError
+from podracer.envs.prefix.synthesis import SynthesisError
 from podracer.runner import NonFiniteError
 
 RUN_FAILED = 1
@@ -352,6 +353,9 @@ def main(argv: list[str] | None = None) -> None:
         fail(str(error))
     except NonFiniteError as error:
         print(f"podracer: error: {error}", file=sys.stderr)
+        raise SystemExit(RUN_FAILED) from None
+    except SynthesisError as error:  # the tools ran and failed: not a usage error, not a bug of ours
+        print(f"podracer: error: synthesis failed: {error}".replace("\n", " "), file=sys.stderr)
         raise SystemExit(RUN_FAILED) from None
     except DistributedError as error:
         print(f"podracer: error: {error}", file=sys.stderr)

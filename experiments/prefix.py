@@ -29,6 +29,7 @@ import numpy as np
 
 from podracer.config import ConfigError
 from podracer.envs.prefix.builders import classic_adders
+from podracer.envs.prefix.env import MAX_BITS
 from podracer.envs.prefix.front import (
     Design,
     dominates,
@@ -165,8 +166,8 @@ def check_writable_out(out: str) -> None:
 def run_baseline(bits: int, method: str, budget: int, out: str, cost: str = "synthesis", seed: int = 0,
                  workers: int | None = None, cache_path: str | None = None) -> dict[str, Any]:
     """`podracer prefix-baseline`: search, write `OUT/designs.jsonl`, then `show_front(OUT)`."""
-    if bits < 3:
-        raise ConfigError(f"--bits must be >= 3, got {bits}")
+    if not 3 <= bits <= MAX_BITS:
+        raise ConfigError(f"--bits must be in [3, {MAX_BITS}], got {bits}")
     if budget < 1:
         raise ConfigError(f"--budget must be >= 1, got {budget}")
     if method not in METHODS:

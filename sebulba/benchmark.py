@@ -178,21 +178,24 @@ def _consume(actors: list[Actor], counts: np.ndarray, stop: threading.Event) -> 
 
 def training_sps(config: Config, s: Setup, seconds: float) -> float:
     """End-to-end env steps per second of training, from the first metrics row (after
-    compilation) to the last one within `seconds` more."""
+    compilation, and past the agent's `learning_starts`: a replay agent takes no gradient
+    step before) to the last one within `seconds` more."""
     arch = dataclasses.replace(config.arch, updates_per_log=1)
     long_enough = max(config.total_env_steps, arch.num_envs * arch.rollout_length * 100_000)
     config = dataclasses.replace(config, arch=arch, total_env_steps=long_enough)
     s = setup(config)
     first_row_at: list[float] = []
+    starts = getattr(config.agent, "learning_starts", 0)
 
     def on_row(row: dict[str, Any]) -> None:
-        if not first_row_at:
+        if not first_row_at and row["env_steps"] >= starts:
             first_row_at.append(time.monotonic())
 
     def past_deadline() -> bool:  # `seconds` after the first row: compilation is not timed
         return bool(first_row_at) and time.monotonic() > first_row_at[0] + seconds
 
     rows, _ = run(config, s, initial_learner_state(config, s), Hooks(on_row, should_stop=past_deadline))
+    rows = [row for row in rows if row["env_steps"] >= starts]
     if len(rows) < 2:
         raise RuntimeError(f"bench: fewer than two updates in {seconds} s; give it more seconds")
     return (rows[-1]["env_steps"] - rows[0]["env_steps"]) / (rows[-1]["wall_s"] - rows[0]["wall_s"])

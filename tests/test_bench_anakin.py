@@ -43,3 +43,33 @@ def test_compare_reference_refuses_what_the_reference_cannot_run_before_compilin
     config = resolve_config("ppo-cartpole-anakin", [*SMALL, *overrides])
     with pytest.raises(ConfigError, match=message):
         bench_anakin(config, repeats=1, compare_reference=True)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_replay_agent_is_timed_only_after_learning_starts(monkeypatch):
+    """DQN takes no gradient step for its first `learning_starts` env steps: the timed calls
+    come after them (untimed warm-up calls pass them), so `sps` is training, not acting."""
+    from experiments import bench
+
+    per_call = 2 * 4 * 8  # updates per call x envs x steps: env steps per call
+    config = resolve_config("dqn-cartpole-anakin", [
+        "--arch.devices", "0", "--arch.num-envs", "4", "--arch.rollout-length", "8", "--arch.updates-per-call", "2",
+        "--agent.hidden-sizes", "16", "--agent.learning-starts", str(3 * per_call - 10), "--agent.batch-size", "8",
+        "--agent.buffer-size", "512", "--total-env-steps", "20000"])
+    assert bench.warmup_calls(config, per_call) == 3
+    gradient_steps = []
+    real_timed_calls = bench._timed_calls
+
+    def recording(call, state, n, repeats, warmup=1):
+        def call_and_record(state, n):
+            state, out = call(state, n)
+            if hasattr(out, "agent"):  # a training call (the acting-only limit is timed too)
+                gradient_steps.append(float(out.agent["gradient_steps"].sum()))
+            return state, out
+        return real_timed_calls(call_and_record, state, n, repeats, warmup)
+
+    monkeypatch.setattr(bench, "_timed_calls", recording)
+    result = bench.bench_anakin(config, repeats=2)
+    assert result["warmup_calls"] == 3 and len(gradient_steps) == 5
+    assert gradient_steps[0] == 0 and all(steps > 0 for steps in gradient_steps[3:]), gradient_steps

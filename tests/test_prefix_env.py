@@ -43,8 +43,10 @@ def test_registry_ids_and_specs():
     assert env.action_spec(None) == DiscreteSpec(512)
     fixed = make_jax_env("PrefixAdder-24-w0.25")
     assert fixed.bits == 24 and fixed.area_weight == 0.25 and fixed.channels == 4
-    with pytest.raises(UnknownEnvError, match="bits must be >= 3"):
+    with pytest.raises(UnknownEnvError, match=r"bits must be in \[3, 256\].*got 2"):
         make_jax_env("PrefixAdder-2")
+    with pytest.raises(UnknownEnvError, match=r"bits must be in \[3, 256\].*got 99999"):
+        make_jax_env("PrefixAdder-99999")  # refused before allocating a 99999 x 99999 grid
     with pytest.raises(UnknownEnvError, match="area_weight"):
         make_jax_env("PrefixAdder-8-w1.5")
     with pytest.raises(UnknownEnvError, match="unknown JAX environment"):

@@ -122,7 +122,8 @@ def test_a_rerun_into_the_same_out_leaves_only_its_own_front_as_verilog(tmp_path
 
 
 @pytest.mark.parametrize("args, message", [
-    (["prefix-baseline", "--bits", "2", "--out", "{tmp}/x", "--cost", "analytic"], "--bits must be >= 3"),
+    (["prefix-baseline", "--bits", "2", "--out", "{tmp}/x", "--cost", "analytic"], "--bits must be in"),
+    (["prefix-baseline", "--bits", "100000", "--out", "{tmp}/x", "--cost", "analytic"], "--bits must be in"),
     (["prefix-baseline", "--budget", "0", "--out", "{tmp}/x", "--cost", "analytic"], "--budget must be >= 1"),
     (["prefix-baseline", "--method", "genetic", "--out", "{tmp}/x"], "invalid choice: 'genetic'"),
     (["prefix-baseline", "--out", "/proc/nope", "--cost", "analytic"], "--out '/proc/nope' is not writable"),
@@ -172,3 +173,22 @@ def test_read_designs_refuses_a_malformed_design_with_its_line(tmp_path, row, pr
     (tmp_path / "designs.jsonl").write_text(json.dumps(line) + "\n")
     with pytest.raises(ValueError, match=f"designs.jsonl:1: not a design .*{problem}"):
         read_designs(str(tmp_path))
+
+
+def test_prefix_baseline_synthesis_failure_exits_1_with_one_line(tmp_path, capsys, monkeypatch):
+    """ABC failing (here a stand-in that exits 3) ends the command with one line naming
+    the failure, not a traceback from the pool."""
+    abc = tmp_path / "yosys-abc"
+    abc.write_text("#!/bin/sh\necho 'ERROR: cannot read the library' >&2\nexit 3\n")
+    abc.chmod(0o755)
+    liberty = tmp_path / "cells.lib"
+    liberty.write_text("library(none) {}\n")
+    monkeypatch.setattr(synthesis.shutil, "which", lambda name: str(abc))
+    monkeypatch.setattr(synthesis, "LIBERTY_PATHS", (str(liberty),))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["prefix-baseline", "--bits", "8", "--budget", "3", "--workers", "1", "--out", str(tmp_path / "x"),
+              "--cache", str(tmp_path / "cache.jsonl")])
+    stderr = capsys.readouterr().err
+    assert exit_info.value.code == 1, stderr
+    assert "synthesis failed: yosys-abc exited with 3" in stderr and "cannot read the library" in stderr
+    assert len(stderr.strip().splitlines()) == 1, stderr

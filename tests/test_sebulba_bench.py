@@ -27,3 +27,27 @@ def test_measurement_waits_for_the_first_steps():
     group.start("slow-compile", _counting_after, 2.5, counts, group.stop)
     sps, _ = _measure(group, counts, seconds=0.5)
     assert sps > 100
+
+
+def test_training_sps_is_timed_past_learning_starts(monkeypatch):
+    """A replay agent acts without learning for its first `learning_starts` env steps, much
+    faster than it trains: `sps` is measured from the first row past them."""
+    from experiments.presets import PRESETS
+    from sebulba import benchmark
+
+    config = PRESETS["dqn-cartpole-sebulba"]()
+    starts = config.agent.learning_starts
+    # Acting alone at 10k env steps/s up to learning_starts, then training at 1k/s.
+    steps = [starts // 4, starts // 2, starts, starts + 1000, starts + 2000, starts + 3000]
+    walls = [step / 10_000 if step <= starts else starts / 10_000 + (step - starts) / 1000 for step in steps]
+
+    def fake_run(config, s, state, hooks):
+        rows = [{"env_steps": step, "wall_s": wall} for step, wall in zip(steps, walls)]
+        for row in rows:
+            hooks.on_metrics(row)
+        return rows, None
+
+    monkeypatch.setattr(benchmark, "setup", lambda config: None)
+    monkeypatch.setattr(benchmark, "initial_learner_state", lambda config, s: None)
+    monkeypatch.setattr(benchmark, "run", fake_run)
+    assert benchmark.training_sps(config, None, seconds=1.0) == pytest.approx(1000.0)

@@ -34,6 +34,7 @@ from podracer.types import DiscreteSpec, MaskedObs, ObsSpec
 
 RESETS = ("ripple", "sklansky", "random", "mixed")
 PREFIX_BITS = (8, 16, 32, 64)  # the ids `PrefixAdder-<bits>` listed by `jax_env_ids`
+MAX_BITS = 256  # a wider grid's [N, N] arrays and 2 N^2 actions outgrow any agent (PrefixRL: 64)
 _ID = re.compile(r"^PrefixAdder-(\d+)(?:-w(\d+(?:\.\d*)?|\.\d+))?$")
 
 
@@ -67,8 +68,8 @@ class PrefixAdderEnv(JaxEnv):
     def __init__(self, bits: int = 16, area_weight: float | None = None, horizon: int | None = None,
                  reset: str = "mixed", fanout_weight: float = 0.0, reference: str = "sklansky",
                  max_density: float = 0.3):
-        if bits < 3:
-            raise ValueError(f"bits must be >= 3 (no editable cell below), got {bits}")
+        if not 3 <= bits <= MAX_BITS:
+            raise ValueError(f"bits must be in [3, {MAX_BITS}] (no editable cell below 3), got {bits}")
         if area_weight is not None and not 0.0 <= area_weight <= 1.0:
             raise ValueError(f"area_weight must be in [0, 1] or None (sampled), got {area_weight}")
         if reset not in RESETS:
