@@ -93,7 +93,12 @@ def test_published_column_and_milestones():
 
 
 def test_minatar_presets():
-    """PPO with gymnax-blines' settings and PQN with the paper's, on the four games, 10M steps."""
+    """PPO with gymnax-blines' settings (a measured learning rate where theirs learns slowly)
+    and PQN with the paper's, on the four games, 10M steps; PPO with V-trace and replay
+    keeps gymnax-blines' learning rate."""
+    from experiments.presets_ppo import MINATAR_PPO_LEARNING_RATES
+
+    assert MINATAR_PPO_LEARNING_RATES == {"Breakout-MinAtar": 1e-3}
     for game, env_id in MINATAR_GAMES.items():
         ppo, pqn = PRESETS[f"ppo-{game}-minatar-anakin"](), PRESETS[f"pqn-{game}-minatar-anakin"]()
         assert ppo.env.id == pqn.env.id == env_id and ppo.total_env_steps == pqn.total_env_steps == 10_000_000
@@ -101,7 +106,9 @@ def test_minatar_presets():
         assert (ppo.arch.num_envs, ppo.arch.rollout_length, ppo.agent.num_epochs, ppo.agent.num_minibatches) == \
             (64, 128, 4, 8)
         assert (ppo.agent.gamma, ppo.agent.learning_rate, ppo.agent.entropy_coef, ppo.agent.hidden_sizes) == \
-            (0.999, 5e-4, 0.01, (256, 256))
+            (0.999, MINATAR_PPO_LEARNING_RATES.get(env_id, 5e-4), 0.01, (256, 256))
+        if game in ("breakout", "space-invaders"):
+            assert PRESETS[f"ppo-vtrace-replay-{game}-minatar-anakin"]().agent.learning_rate == 5e-4
         assert (pqn.arch.num_envs, pqn.arch.rollout_length, pqn.agent.num_epochs, pqn.agent.num_minibatches) == \
             (128, 32, 2, 32)
         assert pqn.agent.q_lambda == 0.65 and pqn.agent.layer_norm and pqn.agent.torso == "minatar_cnn"
