@@ -3,7 +3,8 @@ processes of one run.
 
 For trying multi-process runs on one machine: a free port on 127.0.0.1 becomes the
 coordinator and each process gets its `--distributed.*` overrides. If one process fails,
-the others are stopped; the exit status is the first failure's.
+the others are stopped; the exit status is the first failure's. A stop signal to the launcher
+stops every process (each checkpoints, as after a signal of its own).
 """
 
 from __future__ import annotations
@@ -33,34 +34,50 @@ def process_command(train_args: list[str], port: int, n: int, i: int) -> list[st
 
 def launch_local(train_args: list[str], num_processes: int, cpu_devices: int | None) -> int:
     """Run `podracer train TRAIN_ARGS` (a preset and overrides, or `--resume RUN_DIR`) as
-    `num_processes` processes to completion; returns 0 or the first non-zero exit status."""
+    `num_processes` processes to completion; returns 0 or the first non-zero exit status.
+
+    SIGTERM or Ctrl-C to the launcher stops the run as it stops any run: every process gets
+    SIGTERM, checkpoints and exits within its own `distributed.stop_timeout_s`, and the
+    launcher waits for them (128 + the signal); a second Ctrl-C gives up at once."""
+    from experiments.signals import stop_on_signals
+
     env = dict(os.environ)
     if cpu_devices:
         env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={cpu_devices}".strip()
     port = free_port()
-    procs = [
-        subprocess.Popen(process_command(train_args, port, num_processes, i), env=env)
-        for i in range(num_processes)
-    ]
-    status = 0
-    try:
-        while any(p.poll() is None for p in procs):
-            failed = [p.returncode for p in procs if p.returncode not in (None, 0)]
-            if failed and not status:
-                status = failed[0]
-                print(f"podracer: a process exited with status {status}; stopping the others", file=sys.stderr)
-                _stop(procs)
-            time.sleep(0.2)
-    except KeyboardInterrupt:
-        _stop(procs)
-        return 130
+    with stop_on_signals() as stop:
+        procs = [
+            subprocess.Popen(process_command(train_args, port, num_processes, i), env=env)
+            for i in range(num_processes)
+        ]
+        status, forwarded = 0, False
+        try:
+            while any(p.poll() is None for p in procs):
+                if stop() and not forwarded:  # the processes stop together, each with its deadline
+                    forwarded = True
+                    _signal(procs, signal.SIGTERM)
+                failed = [p.returncode for p in procs if p.returncode not in (None, 0)]
+                if failed and not status and not forwarded:
+                    status = failed[0]
+                    print(f"podracer: a process exited with status {status}; stopping the others", file=sys.stderr)
+                    _stop(procs)
+                time.sleep(0.2)
+        except KeyboardInterrupt:  # Ctrl-C twice
+            _stop(procs)
+            return 130
+    if forwarded:
+        return 128 + (stop.signum or signal.SIGTERM)
     return status or next((p.returncode for p in procs if p.returncode), 0)
 
 
-def _stop(procs: list[subprocess.Popen], grace_s: float = 10.0) -> None:
+def _signal(procs: list[subprocess.Popen], signum: int) -> None:
     for p in procs:
         if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
+            p.send_signal(signum)
+
+
+def _stop(procs: list[subprocess.Popen], grace_s: float = 10.0) -> None:
+    _signal(procs, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     for p in procs:
         try:

@@ -98,7 +98,7 @@ def test_minatar_presets():
     keeps gymnax-blines' learning rate."""
     from experiments.presets_ppo import MINATAR_PPO_LEARNING_RATES
 
-    assert MINATAR_PPO_LEARNING_RATES == {"Breakout-MinAtar": 1e-3}
+    assert MINATAR_PPO_LEARNING_RATES == {"Breakout-MinAtar": 1e-3, "Asterix-MinAtar": 1e-3}
     for game, env_id in MINATAR_GAMES.items():
         ppo, pqn = PRESETS[f"ppo-{game}-minatar-anakin"](), PRESETS[f"pqn-{game}-minatar-anakin"]()
         assert ppo.env.id == pqn.env.id == env_id and ppo.total_env_steps == pqn.total_env_steps == 10_000_000

@@ -85,6 +85,21 @@ def test_non_vector_observations_are_refused():
         make_configured_jax_env(EnvConfig("Catch", observe=(0,)))
 
 
+def test_observed_jax_env_still_renders_for_evaluation_videos():
+    """`evaluate --video` on a run with `--env.observe` (`ppo-lstm-masked-cartpole-anakin`):
+    the observed CartPole draws its states as the full one does (rendering reads the inner
+    state, which the selection leaves alone)."""
+    from experiments.evaluate import _check_video
+    from podracer.envs.render import can_render
+
+    config = EnvConfig("CartPole-v1", observe=(0, 2))
+    full, observed = make_jax_env("CartPole-v1"), make_configured_jax_env(config)
+    assert can_render(observed) and observed.render_fps == full.render_fps
+    inner, _ = observed.reset_env(jax.random.key(0), observed.default_params)
+    np.testing.assert_array_equal(observed.render(inner), full.render(inner))
+    _check_video(observed, None, "episode.gif")  # no ConfigError
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("preset, arch", [("ppo-cartpole-anakin", ["--arch.updates-per-call", "4"]),

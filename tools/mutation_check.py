@@ -157,6 +157,15 @@ MUTATIONS: tuple[Mutation, ...] = (
     M("tree-comparison-ignores-structure", "the tests' tree comparison no longer checks the tree structure",
       (("tests/helpers.py", "    if actual_def != expected_def:\n", "    if False:\n"),),
       ("tests/test_helpers.py::test_differences_are_caught_and_named",)),
+    M("wrapper-hides-render", "a JAX env wrapper (--env.observe) hides the environment's render from --video",
+      (("podracer/envs/base.py", "    def __getattr__(self, name: str) -> Any:  # render, render_fps, ...: the "
+        "environment's own\n        if name == \"env\":\n", "    def _getattr(self, name: str) -> Any:\n"
+        "        if name == \"env\":\n"),),
+      ("tests/test_observe.py::test_observed_jax_env_still_renders_for_evaluation_videos",)),
+    M("launcher-ignores-sigterm", "launch-local dies on SIGTERM and leaves its processes running",
+      (("experiments/launch.py", "    with stop_on_signals() as stop:\n",
+        "    with stop_on_signals(signums=(signal.SIGINT,)) as stop:\n"),),
+      ("tests/test_launch.py::test_sigterm_to_the_launcher_stops_every_process",)),
 )
 
 

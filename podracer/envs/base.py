@@ -111,11 +111,17 @@ class JaxEnv:
 
 
 class JaxEnvWrapper(JaxEnv):
-    """`env` unchanged: every part of the protocol delegated to it. A wrapper overrides
-    what it changes."""
+    """`env` unchanged: every part of the protocol delegated to it, and every other
+    attribute (`render`, `render_fps`, ...: the inner state is the environment's own). A
+    wrapper overrides what it changes."""
 
     def __init__(self, env: JaxEnv) -> None:
         self.env, self.name = env, env.name
+
+    def __getattr__(self, name: str) -> Any:  # render, render_fps, ...: the environment's own
+        if name == "env":
+            raise AttributeError(name)
+        return getattr(self.env, name)
 
     @property
     def default_params(self) -> Any:
@@ -144,11 +150,6 @@ class TimeLimitJaxEnv(JaxEnvWrapper):
     def __init__(self, env: JaxEnv, max_steps: int) -> None:
         super().__init__(env)
         self._max_steps = max_steps
-
-    def __getattr__(self, name: str) -> Any:  # render, render_fps, ...: the environment's own
-        if name == "env":
-            raise AttributeError(name)
-        return getattr(self.env, name)
 
     def max_episode_steps(self, params: Any) -> int:
         return self._max_steps
