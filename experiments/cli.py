@@ -356,6 +356,8 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(RUN_FAILED) from None
     except SynthesisError as error:  # the tools ran and failed: not a usage error, not a bug of ours
         print(f"podracer: error: synthesis failed: {error}".replace("\n", " "), file=sys.stderr)
+        if joined_other_processes():
+            leave_the_run(RUN_FAILED)
         raise SystemExit(RUN_FAILED) from None
     except DistributedError as error:
         print(f"podracer: error: {error}", file=sys.stderr)
