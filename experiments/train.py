@@ -24,6 +24,7 @@ from podracer.checkpoint import Checkpointer, NoCheckpointError, Progress, check
 from podracer.config import Config, ConfigError, DistributedConfig
 from podracer.distributed import NO_WAITS, Waits
 from podracer.logging import ConsoleProgress, JsonlSink, MultiSink, TensorBoardSink, WandbSink, wandb_available
+from podracer.runner.sizes import update_sizes
 from podracer.runner.warm_start import check_source
 
 MetricsCallback = Callable[[dict[str, Any]], None]
@@ -114,8 +115,10 @@ def make_sinks(config: Config, run_dir: str, console: bool, progress: Progress |
         sinks.append(TensorBoardSink(os.path.join(run_dir, "tensorboard")))
     if config.log.wandb:
         sinks.append(WandbSink(config.log.wandb_project, run_dir, config_lib.to_dict(config)))
-    if console:
-        sinks.append(ConsoleProgress(config.total_env_steps, initial=0 if progress is None else progress.env_steps))
+    if console:  # over the env steps the run will take: whole updates, up to total_env_steps
+        steps_per_update, num_updates = update_sizes(config)
+        initial = 0 if progress is None else progress.env_steps
+        sinks.append(ConsoleProgress(steps_per_update * num_updates, initial=initial))
     return MultiSink(sinks)
 
 

@@ -96,3 +96,19 @@ def test_non_finite_parameters_stop_the_run_and_keep_the_last_good_checkpoint(tm
     with Checkpointer(checkpoint_dir(str(run_dir)), read_only=True) as checkpoints:
         params, _ = checkpoints.restore_part(abstract, ("agent", "params"))
     assert all(bool(jnp.isfinite(leaf).all()) for leaf in jax.tree.leaves(params))
+
+
+def test_the_progress_bar_ends_at_the_env_steps_the_run_takes(tmp_path):
+    """A run takes whole updates, up to `total_env_steps`: the console's bar counts to the
+    steps it will reach (2,560 of 3,000 here), so a finished run shows 100%, not 85%."""
+    from experiments.presets import PRESETS
+    from experiments.train import make_sinks
+    from podracer.logging import ConsoleProgress
+
+    config = dataclasses.replace(PRESETS["ppo-cartpole-anakin"](), total_env_steps=3_000)  # 512 per update
+    sinks = make_sinks(config, str(tmp_path), console=True, progress=None)
+    try:
+        bar = next(sink for sink in sinks.sinks if isinstance(sink, ConsoleProgress))._bar
+        assert bar.total == 2_560
+    finally:
+        sinks.close()
