@@ -66,7 +66,7 @@ def launch_local(train_args: list[str], num_processes: int, cpu_devices: int | N
             _stop(procs)
             return 130
     if forwarded:
-        return 128 + (stop.signum or signal.SIGTERM)
+        return 128 + stop.signum
     return status or next((p.returncode for p in procs if p.returncode), 0)
 
 

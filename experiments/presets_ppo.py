@@ -165,6 +165,7 @@ def ppo_inverted_pendulum_brax_anakin() -> Config:
 # to reach them (4 seeds in one program, `podracer bench table`; README's MinAtar table):
 # at 1e-3 Breakout-MinAtar evaluates 31.8 +- 6.8 at 5.1M env steps (5e-4: 19.2 +- 1.2,
 # published 22.0), Asterix-MinAtar 15.1 +- 0.7 at 10M (5e-4: 13.4 +- 1.5, published 15.0).
+GYMNAX_BLINES_LEARNING_RATE = 5e-4
 MINATAR_PPO_LEARNING_RATES = {"Breakout-MinAtar": 1e-3, "Asterix-MinAtar": 1e-3}
 
 
@@ -178,7 +179,7 @@ def ppo_minatar(env_id: str, learning_rate: float | None = None) -> Config:
     treats the time limit as a termination); the learning rate of the games in
     `MINATAR_PPO_LEARNING_RATES` (`learning_rate`, when given, replaces either)."""
     if learning_rate is None:
-        learning_rate = MINATAR_PPO_LEARNING_RATES.get(env_id, 5e-4)
+        learning_rate = MINATAR_PPO_LEARNING_RATES.get(env_id, GYMNAX_BLINES_LEARNING_RATE)
     return Config(
         env=EnvConfig(env_id),
         agent=PPOConfig(
@@ -195,7 +196,7 @@ def ppo_vtrace_replay_minatar(env_id: str) -> Config:
     """PPO with V-trace and replay on MinAtar under Anakin: `ppo-*-minatar-anakin` with
     gymnax-blines' settings throughout (learning rate 5e-4, as the IMPALA presets it is
     compared with), V-trace advantages (lambda 0.95) and half of each update replayed."""
-    base = ppo_minatar(env_id, learning_rate=5e-4)
+    base = ppo_minatar(env_id, learning_rate=GYMNAX_BLINES_LEARNING_RATE)
     return dataclasses.replace(base, agent=dataclasses.replace(
         base.agent, advantage="vtrace", vtrace_lambda=0.95, replay_fraction=0.5, replay_capacity=100_000))
 

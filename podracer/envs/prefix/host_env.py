@@ -17,7 +17,6 @@ Ids: `PrefixAdder-<bits>[-w<weight>]` (analytic costs) and `PrefixAdderSynth-<bi
 from __future__ import annotations
 
 import os
-import re
 import threading
 from typing import Any
 
@@ -28,22 +27,22 @@ from podracer.envs.host import EpisodeCounters, HostStep
 from podracer.envs.prefix import graph as np_graph
 from podracer.envs.prefix import jax_graph
 from podracer.envs.prefix.builders import BUILDERS, sklansky
-from podracer.envs.prefix.env import PrefixAdderEnv
+from podracer.envs.prefix.env import PrefixAdderEnv, parse_prefix_id
 from podracer.envs.prefix.reward_pool import RewardPool
 from podracer.envs.prefix.synthesis import find_synthesis
 from podracer.types import DiscreteSpec, MaskedObs, TimeStep
 
-_HOST_ID = re.compile(r"^PrefixAdder(Synth)?-(\d+)(?:-w(\d+(?:\.\d*)?|\.\d+))?$")
 CACHE_ENV_VAR = "PODRACER_PREFIX_CACHE"
 
 
 def parse_host_id(env_id: str) -> dict[str, Any] | None:
-    """`{"bits", "area_weight", "synthesis"}` of a host prefix-adder id, or None."""
-    match = _HOST_ID.match(env_id)
-    if match is None:
+    """`{"bits", "area_weight", "synthesis"}` of a host prefix-adder id, or None: the JAX
+    ids' grammar (`parse_prefix_id`), `PrefixAdderSynth-` for synthesis rewards."""
+    synthesis = env_id.startswith("PrefixAdderSynth-")
+    kwargs = parse_prefix_id("PrefixAdder-" + env_id.removeprefix("PrefixAdderSynth-") if synthesis else env_id)
+    if kwargs is None:
         return None
-    weight = None if match.group(3) is None else float(match.group(3))
-    return {"bits": int(match.group(2)), "area_weight": weight, "synthesis": match.group(1) is not None}
+    return {"bits": kwargs["bits"], "area_weight": kwargs.get("area_weight"), "synthesis": synthesis}
 
 
 def default_cache_path() -> str:
