@@ -112,7 +112,9 @@ def make_sinks(config: Config, run_dir: str, console: bool, progress: Progress |
     keep_rows = 0 if progress is None else progress.rows  # a new run starts a fresh metrics.jsonl
     sinks: list[Any] = [JsonlSink(os.path.join(run_dir, "metrics.jsonl"), keep_rows=keep_rows)]
     if config.log.tensorboard:
-        sinks.append(TensorBoardSink(os.path.join(run_dir, "tensorboard")))
+        # Rows up to the checkpoint's env steps stay; later ones are written again.
+        purge_step = 0 if progress is None else progress.env_steps + 1
+        sinks.append(TensorBoardSink(os.path.join(run_dir, "tensorboard"), purge_step=purge_step))
     if config.log.wandb:
         sinks.append(WandbSink(config.log.wandb_project, run_dir, config_lib.to_dict(config)))
     if console:  # over the env steps the run will take: whole updates, up to total_env_steps

@@ -68,12 +68,16 @@ def read_jsonl(path: str) -> list[dict[str, Any]]:
 
 class TensorBoardSink:
     """Every numeric field as a scalar against `env_steps`; a list of numbers (a
-    multi-seed run's `episode_return_per_seed`) as one scalar per entry, `NAME/K`."""
+    multi-seed run's `episode_return_per_seed`) as one scalar per entry, `NAME/K`.
 
-    def __init__(self, logdir: str):
+    `purge_step` (as `JsonlSink`'s `keep_rows`): TensorBoard drops what earlier event files
+    in `logdir` hold at `env_steps >= purge_step`, so a resumed run's rows after its
+    checkpoint, written again, appear once; a new run gives 0."""
+
+    def __init__(self, logdir: str, purge_step: int | None = None):
         from tensorboardX import SummaryWriter
 
-        self._writer = SummaryWriter(logdir)
+        self._writer = SummaryWriter(logdir, purge_step=purge_step)
 
     def write(self, row: dict[str, Any]) -> None:
         step = int(row["env_steps"])

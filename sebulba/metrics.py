@@ -55,6 +55,12 @@ class MetricsReporter:
     def __call__(self, record: UpdateRecord) -> None:
         self._records.append(record)
         if record.update % self.updates_per_log == 0 or record.update == self.num_updates:
+            self.flush()
+
+    def flush(self) -> None:
+        """Emit a row for the updates since the last one, if any (a run that stops between
+        two log points logs its last updates before it checkpoints)."""
+        if self._records:
             self.rows += 1
             self.emit(self.row())
 

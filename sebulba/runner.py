@@ -173,6 +173,8 @@ def run(
     every = config.checkpoint.every_updates
 
     def checkpoint(learner: Learner, update: int, final: bool) -> None:
+        if final:  # a stop between two log points: its updates get a row of their own
+            reporter.flush()
         if hooks.checkpointer is None or not (final or (every > 0 and update % every == 0)):
             return
         hooks.save(LearnerState(learner.state, learner.key), Progress(

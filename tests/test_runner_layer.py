@@ -179,6 +179,9 @@ def _tensorboard_scalars(logdir) -> dict[str, list[tuple[int, float]]]:
             (size,) = struct.unpack("<Q", data[i:i + 8])
             event = event_pb2.Event.FromString(data[i + 12:i + 12 + size])
             i += 12 + size + 4
+            if event.HasField("session_log") and event.session_log.status == event_pb2.SessionLog.START:
+                # TensorBoard's rule: a restart at step S drops what came before at steps >= S.
+                scalars = {tag: [p for p in points if p[0] < event.step] for tag, points in scalars.items()}
             for value in event.summary.value:
                 scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
     return scalars
@@ -198,3 +201,34 @@ def test_tensorboard_carries_the_rows_numbers_and_each_seeds_return(tmp_path):
     assert scalars["episode_return_per_seed/0"] == [(512, 2.0)]
     assert scalars["episode_return_per_seed/2"] == [(512, 4.0)]
     assert "episode_return_per_seed/1" not in scalars and "env_steps" not in scalars and "learning" not in scalars
+
+
+def test_tensorboard_of_a_resumed_run_shows_each_row_once(tmp_path, monkeypatch):
+    """A run resumed from its checkpoint writes again the rows after it; TensorBoard then
+    drops the first attempt's (`purge_step`: the checkpoint's env steps + 1), as
+    metrics.jsonl is cut back, so no step appears twice; a new run drops everything."""
+    import time
+
+    from experiments import presets
+    from experiments import train as train_lib
+    from podracer.checkpoint import Progress
+    from podracer.logging import TensorBoardSink
+
+    first = TensorBoardSink(str(tmp_path), purge_step=0)
+    for step in (100, 200, 300):  # the checkpoint was at 200; the run died after the row at 300
+        first.write({"env_steps": step, "loss": float(step)})
+    first.close()
+    time.sleep(1.1)  # event files are named by the second they were opened in
+    made = []
+    monkeypatch.setattr(train_lib, "TensorBoardSink", lambda logdir, purge_step: made.append(purge_step) or
+                        TensorBoardSink(str(tmp_path), purge_step))
+    config = presets.get("ppo-cartpole-anakin")
+    (tmp_path / "run").mkdir()
+    sinks = train_lib.make_sinks(config, str(tmp_path / "run"), False, Progress(updates=2, env_steps=200, rows=2))
+    assert made == [201]
+    for step in (300, 400):
+        sinks.write({"env_steps": step, "loss": -float(step)})
+    sinks.close()
+    assert _tensorboard_scalars(tmp_path)["loss"] == [(100, 100.0), (200, 200.0), (300, -300.0), (400, -400.0)]
+    train_lib.make_sinks(config, str(tmp_path / "run"), False, None).close()
+    assert made == [201, 0] and not any(_tensorboard_scalars(tmp_path).values())

@@ -3,6 +3,7 @@
 import dataclasses
 
 import jax
+import numpy as np
 import pytest
 
 import sebulba.runner
@@ -51,6 +52,8 @@ def test_stop_checkpoints_and_resume_continues_the_learner(tmp_path):
     assert resumed.env_steps == 12 * 64
     steps = [row["env_steps"] for row in read_rows(run_dir)]
     assert steps == sorted(set(steps)) and steps[-1] == 12 * 64  # no row twice, none after the end
+    # A stop between two log points (updates_per_log 2) logs its last updates first.
+    assert stopped_at * 64 in steps
     assert read_rows(run_dir)[-1]["wall_s"] > progress.wall_s
     with Checkpointer(checkpoint_dir(str(run_dir)), read_only=True) as checkpoints:
         assert checkpoints.latest_step() == 12
@@ -109,3 +112,27 @@ def test_atari_video_draws_the_newest_grayscale_frame(frame_stack):
     _, frames = host_episode_returns(config, policy, None, jax.random.key(0), 1, record=True)
     assert frames.shape == (30, 84, 84, 3) and frames.dtype == np.uint8
     assert (frames[..., 0] == frames[..., 1]).all() and (frames[..., 1] == frames[..., 2]).all()
+
+
+def test_a_stop_between_log_points_flushes_its_updates_into_a_row():
+    """Sebulba logs every `updates_per_log` updates; a run that stops in between (a stop
+    request, SIGTERM) flushes the updates since the last row before it checkpoints, so
+    after a resume no update is missing from metrics.jsonl; a flush with nothing pending
+    writes nothing."""
+    from podracer.runner import EpisodeStats
+    from sebulba.actor import RolloutItem
+    from sebulba.learner import UpdateRecord
+    from sebulba.metrics import MetricsReporter
+
+    rows = []
+    reporter = MetricsReporter(steps_per_update=10, updates_per_log=4, num_updates=12, emit=rows.append)
+    timings = dict.fromkeys(("env_wait_s", "inference_s", "param_wait_s", "queue_wait_s"), 0.0)
+    item = RolloutItem(None, 0, EpisodeStats.host_zeros(), timings, reporter.clock.last)
+    for update, loss in ((1, 1.0), (2, 2.0), (3, 6.0)):
+        reporter(UpdateRecord(update, {"loss": np.float32(loss)}, [item], [0], 0.0, 0.0, 0,
+                              EpisodeStats.host_zeros()))
+    assert rows == []
+    reporter.flush()
+    assert [row["env_steps"] for row in rows] == [30] and rows[0]["loss"] == 3.0 and reporter.rows == 1
+    reporter.flush()
+    assert len(rows) == 1 and reporter.rows == 1
