@@ -25,6 +25,7 @@ from podracer.agents.registry import checked_update
 from podracer.envs import JaxEnv
 from podracer.runner.device_state import add_device_axis, agent_state_specs, broadcast_device_axis, strip_device_axis
 from podracer.runner.episodes import EpisodeStats
+from podracer.runner.metrics import GRADIENT_STEPS
 from podracer.types import Agent, AgentState, PRNGKey
 
 AXIS = "device"
@@ -62,10 +63,13 @@ def iteration_keys(key: PRNGKey) -> IterationKeys:
 
 class CallMetrics(NamedTuple):
     """What one host call reports, each `[S]`: agent metrics summed over its updates and
-    episode statistics summed over every device."""
+    episode statistics summed over every device. For an agent that reports
+    `gradient_steps`, `agent_by_step` holds each metric times its update's
+    `gradient_steps`, summed (`podracer.runner.agent_means`); empty otherwise."""
 
     agent: dict[str, jax.Array]
     episodes: EpisodeStats
+    agent_by_step: dict[str, jax.Array]
 
 
 def state_specs(state: Any) -> RunnerState:
@@ -111,24 +115,29 @@ def make_train_call(
 
     def one_seed(agent_state: AgentState, envs: EnvCarry, key: PRNGKey, num_updates: jax.Array):
         metric_shapes = jax.eval_shape(update, agent_state, _trajectory_shape(agent_state, envs, key), key)[1]
-        metric_sums = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), metric_shapes)
+        weighted = GRADIENT_STEPS in metric_shapes
+        zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), metric_shapes)
+        metric_sums = (zeros, zeros if weighted else {})
         stats = parallel.to_varying(EpisodeStats.zeros(), AXIS)
 
         def body(_, carry):
-            agent_state, envs, key, stats, metric_sums = carry
+            agent_state, envs, key, stats, (sums, by_step) = carry
             key, rollout_key, update_key = iteration_keys(key)
             envs, traj, episode_stats = rollout(
                 env, env_params, agent, agent_state.params, envs, rollout_key, rollout_length
             )
             agent_state, metrics = update(agent_state, traj, update_key)
-            metric_sums = jax.tree.map(jnp.add, metric_sums, metrics)
-            return agent_state, envs, key, stats + episode_stats, metric_sums
+            sums = jax.tree.map(jnp.add, sums, metrics)
+            if weighted:
+                steps = metrics[GRADIENT_STEPS]
+                by_step = jax.tree.map(lambda total, m: total + m * steps.astype(m.dtype), by_step, metrics)
+            return agent_state, envs, key, stats + episode_stats, (sums, by_step)
 
-        agent_state, envs, key, stats, metric_sums = jax.lax.fori_loop(
+        agent_state, envs, key, stats, (sums, by_step) = jax.lax.fori_loop(
             0, num_updates, body, (agent_state, envs, key, stats, metric_sums)
         )
         stats = jax.lax.psum(stats, AXIS)
-        return agent_state, envs, key, CallMetrics(metric_sums, stats)
+        return agent_state, envs, key, CallMetrics(sums, stats, by_step)
 
     def _trajectory_shape(agent_state, envs, key):
         return jax.eval_shape(

@@ -14,12 +14,12 @@ import numpy as np
 from anakin.config import AnakinConfig
 from anakin.program import AXIS, CallMetrics, RunnerState, init_state, make_train_call
 from podracer import distributed, parallel
-from podracer.agents import make_checked_agent
+from podracer.agents import algorithm_for, make_checked_agent
 from podracer.checkpoint import Checkpoints, Progress
 from podracer.config import Config, ConfigError, check
 from podracer.distributed import NO_WAITS, Waits
 from podracer.envs import JaxEnv, UnknownEnvError, make_configured_jax_env
-from podracer.runner import Clock, Hooks, TrainResult, all_finite, check_finite, metrics_row
+from podracer.runner import Clock, Hooks, TrainResult, agent_means, all_finite, check_finite, metrics_row
 from podracer.runner.hooks import MetricsCallback
 from podracer.runner.sizes import update_sizes
 from podracer.types import Agent, BatchShape
@@ -187,7 +187,8 @@ def train(
             dispatched += n
         if pending is not None:
             with waits.waiting(pending.label):
-                progress, row = _finish(pending, progress, s.sizes, config.arch.num_seeds, clock, hooks)
+                progress, row = _finish(pending, progress, s.sizes, config.arch.num_seeds, clock, hooks,
+                                        algorithm_for(config.agent).step_metrics)
             rows.append(row)
             hooks.emit(row)
             if launched is None:
@@ -222,16 +223,18 @@ def _agree_to_stop(stop_here: bool, after: _Call, mesh: jax.sharding.Mesh, waits
 
 
 def _finish(
-    call: _Call, progress: Progress, sizes: Sizes, num_seeds: int, clock: Clock, hooks: Hooks
+    call: _Call, progress: Progress, sizes: Sizes, num_seeds: int, clock: Clock, hooks: Hooks,
+    step_metrics: tuple[str, ...] = (),
 ) -> tuple[Progress, dict[str, Any]]:
     """Read a call's metrics, refuse non-finite results, and build its metrics row.
-    `env_steps` counts one seed's experience; `sps` all seeds'."""
+    `env_steps` counts one seed's experience; `sps` all seeds'; `step_metrics` are averaged
+    over the call's gradient steps (`podracer.runner.agent_means`)."""
     metrics, finite = jax.device_get((call.metrics, call.finite))
     check_finite(metrics.agent, finite, f"in {call.label}", "run stopped", hooks.describe_kept())
     interval, wall_s = clock.lap(call.completion.time())
     updates = call.first_update - 1 + call.num_updates
     env_steps = updates * sizes.steps_per_update
     sps = call.num_updates * sizes.steps_per_update * num_seeds / interval
-    agent = {name: np.mean(np.asarray(value)) / call.num_updates for name, value in metrics.agent.items()}
+    agent = agent_means(metrics.agent, call.num_updates, step_metrics, metrics.agent_by_step)
     row = metrics_row(env_steps, sps, wall_s, metrics.episodes, agent)
     return Progress(updates, env_steps, wall_s, progress.rows + 1), row

@@ -27,11 +27,12 @@ times are this process's (every process acts alike).
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Collection
 
 import numpy as np
 
-from podracer.runner import Clock, EpisodeStats, metrics_row
+from podracer.runner import Clock, EpisodeStats, agent_means, metrics_row
+from podracer.runner.metrics import GRADIENT_STEPS
 from sebulba.learner import UpdateRecord
 
 ACTOR_TIMINGS = ("env_wait_s", "inference_s", "param_wait_s", "queue_wait_s")
@@ -39,10 +40,13 @@ ACTOR_TIMINGS = ("env_wait_s", "inference_s", "param_wait_s", "queue_wait_s")
 
 class MetricsReporter:
     """Accumulates `UpdateRecord`s and `emit`s a row every `updates_per_log` updates and
-    after the last one."""
+    after the last one. `step_metrics`: the algorithm's (`Algorithm.step_metrics`), averaged
+    over the row's gradient steps."""
 
     def __init__(self, steps_per_update: int, updates_per_log: int, num_updates: int,
-                 emit: Callable[[dict[str, Any]], None], first_update: int = 0, wall_offset_s: float = 0.0) -> None:
+                 emit: Callable[[dict[str, Any]], None], first_update: int = 0, wall_offset_s: float = 0.0,
+                 step_metrics: Collection[str] = ()) -> None:
+        self.step_metrics = tuple(step_metrics)
         self.steps_per_update = steps_per_update
         self.updates_per_log = updates_per_log
         self.num_updates = num_updates
@@ -73,14 +77,21 @@ class MetricsReporter:
         sps = (update - self.last_update) * self.steps_per_update / max(now - since, 1e-9)
         episodes = sum((r.episodes for r in records), EpisodeStats.host_zeros())
         self.last_update = update
-        return metrics_row(update * self.steps_per_update, sps, wall_s, episodes, agent_means(records),
+        return metrics_row(update * self.steps_per_update, sps, wall_s, episodes,
+                           record_means(records, self.step_metrics),
                            **timing_means(records), **latest_env_metrics(records))
 
 
-def agent_means(records: list[UpdateRecord]) -> dict[str, float]:
-    """The agent's metrics, each a mean over the records' updates."""
+def record_means(records: list[UpdateRecord], step_metrics: Collection[str] = ()) -> dict[str, float]:
+    """The agent's metrics over the records' updates: means over updates, and over gradient
+    steps for `step_metrics` (`podracer.runner.agent_means`)."""
     names = records[0].metrics.keys()
-    return {name: float(np.mean([np.mean(r.metrics[name]) for r in records])) for name in names}
+    sums = {name: sum(float(np.mean(r.metrics[name])) for r in records) for name in names}
+    step_sums = None
+    if GRADIENT_STEPS in names:
+        step_sums = {name: sum(float(np.mean(r.metrics[name])) * float(np.mean(r.metrics[GRADIENT_STEPS]))
+                               for r in records) for name in step_metrics if name in names}
+    return agent_means(sums, len(records), step_metrics, step_sums)
 
 
 def latest_env_metrics(records: list[UpdateRecord]) -> dict[str, float]:

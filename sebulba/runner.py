@@ -15,7 +15,7 @@ import jax
 from jax.sharding import Mesh, NamedSharding
 
 from podracer import distributed, parallel
-from podracer.agents import make_checked_agent
+from podracer.agents import algorithm_for, make_checked_agent
 from podracer.checkpoint import Checkpoints, Progress
 from podracer.config import Config, ConfigError
 from podracer.distributed import NO_WAITS, Waits
@@ -169,7 +169,8 @@ def run(
     first, total = progress.updates, s.layout.num_updates
     actors = make_actors(config, s, sources, max(total - first, 0), config.arch.max_policy_lag, first)
     reporter = MetricsReporter(s.layout.steps_per_update, config.arch.updates_per_log, total, rows_queue.put,
-                               first_update=first, wall_offset_s=progress.wall_s)
+                               first_update=first, wall_offset_s=progress.wall_s,
+                               step_metrics=algorithm_for(config.agent).step_metrics)
     every = config.checkpoint.every_updates
 
     def checkpoint(learner: Learner, update: int, final: bool) -> None:

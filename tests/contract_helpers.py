@@ -108,6 +108,10 @@ def one_vs_four_devices(algorithm: Algorithm, env_id: str) -> None:
     assert max_change(expected.params, state.params) > 1e-5, "the update did not move the parameters"
     tree_allclose(replicated(got), replicated(expected))
     assert metrics_4.keys() == metrics_1.keys()
+    # What a metrics row averages over gradient steps (`Algorithm.step_metrics`) is reported.
+    missing = set(algorithm.step_metrics) - set(metrics_1)
+    assert not missing, f"step_metrics {sorted(missing)} are not among the agent's metrics"
+    assert not algorithm.step_metrics or "gradient_steps" in metrics_1, "step_metrics need a gradient_steps metric"
     if "loss" in metrics_1:
         np.testing.assert_allclose(metrics_4["loss"], metrics_1["loss"], rtol=1e-5, atol=1e-6)
 

@@ -49,6 +49,8 @@ def test_the_batch_check_is_mandatory_and_the_record_validated():
         toy(action_spaces=(ObsSpec,))
     with pytest.raises(TypeError, match="config must be a dataclass"):
         toy(config=int)
+    with pytest.raises(TypeError, match="step_metrics must be a tuple of metric names"):
+        toy(step_metrics="loss")
 
 
 def test_register_one_call_and_everything_sees_it(capsys):

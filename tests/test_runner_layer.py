@@ -232,3 +232,47 @@ def test_tensorboard_of_a_resumed_run_shows_each_row_once(tmp_path, monkeypatch)
     assert _tensorboard_scalars(tmp_path)["loss"] == [(100, 100.0), (200, 200.0), (300, -300.0), (400, -400.0)]
     train_lib.make_sinks(config, str(tmp_path / "run"), False, None).close()
     assert made == [201, 0] and not any(_tensorboard_scalars(tmp_path).values())
+
+
+def test_agent_means_weight_step_metrics_by_gradient_steps():
+    """A replay agent's per-step metrics (`Algorithm.step_metrics`) are means over the
+    row's gradient steps: an update that took none reports 0 and must not dilute them; the
+    rest are means over updates; per-seed sums give the mean of the seeds'."""
+    # Three updates: 0, 1 and 3 gradient steps, losses 0 (none taken), 2 and 4.
+    sums = {"loss": np.float32(6.0), "gradient_steps": np.float32(4.0), "epsilon": np.float32(1.5)}
+    by_step = {"loss": np.float32(0 * 0 + 1 * 2 + 3 * 4), "gradient_steps": np.float32(10.0),
+               "epsilon": np.float32(1.0)}
+    means = metrics_lib.agent_means(sums, 3, ("loss",), by_step)
+    assert means == {"loss": pytest.approx(14 / 4), "gradient_steps": pytest.approx(4 / 3), "epsilon": 0.5}
+    assert metrics_lib.agent_means(sums, 3, ("loss",), None)["loss"] == pytest.approx(2.0)  # no weights known
+    idle = metrics_lib.agent_means({"loss": np.zeros(2), "gradient_steps": np.zeros(2)}, 4, ("loss",),
+                                   {"loss": np.zeros(2)})
+    assert idle == {"loss": 0.0, "gradient_steps": 0.0}  # a row that took no step
+    seeds = metrics_lib.agent_means({"loss": np.array([1.0, 2.0]), "gradient_steps": np.array([1.0, 4.0])}, 2,
+                                    ("loss",), {"loss": np.array([1.0, 2.0])})
+    assert seeds["loss"] == pytest.approx((1.0 / 1.0 + 2.0 / 4.0) / 2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["anakin", "sebulba"])
+def test_a_row_spanning_learning_starts_is_not_diluted(arch):
+    """DQN's first learning update falls inside a row (a host call of 4 updates, or 4
+    updates per Sebulba row) and later ones learn at a fractional replay ratio: the rows'
+    per-step metrics average the gradient steps taken, so uniform replay's importance
+    weight reads exactly 1 in every row that learned (diluted by the idle updates it read
+    0.5 and less) and the loss is positive."""
+    from podracer.agents import DQNConfig
+
+    agent = DQNConfig(buffer_size=512, batch_size=16, replay_ratio=0.3, learning_starts=192, hidden_sizes=(16,))
+    if arch == "anakin":
+        config = Config(env=EnvConfig("CartPole-v1"), agent=agent, log=QUIET, total_env_steps=4 * 16 * 12,
+                        arch=AnakinConfig(num_envs=4, rollout_length=16, updates_per_call=4, devices=(0,)))
+    else:
+        config = Config(env=EnvConfig("CartPole-v1"), agent=agent, log=QUIET, total_env_steps=4 * 16 * 12,
+                        arch=SebulbaConfig(num_envs=4, rollout_length=16, actor_devices=(0,), learner_devices=(1,),
+                                           updates_per_log=4))
+    rows = train_lib.train(config).metrics
+    learned = [row for row in rows if row["gradient_steps"] > 0]
+    assert len(learned) == 3 and rows[0]["learning"] == 0.5  # updates 3 and 4 of the first row learn
+    for row in learned:
+        assert row["importance_weight"] == 1.0 and row["loss"] > 0 and row["grad_norm"] > 0

@@ -388,4 +388,5 @@ ALGORITHM = Algorithm(
     name="dqn", config=DQNConfig, make=make_dqn, check_batch=DQNConfig.check_batch,
     action_spaces=(DiscreteSpec,), masks=True, probe_config=_probe_config, probe_steps=20_000,
     exact_config=_exact_config,
+    step_metrics=("loss", "q_mean", "td_abs", "grad_norm", "importance_weight"),
 )

@@ -73,6 +73,13 @@ class Algorithm:
     recurrent:     `config -> config` with a recurrent core, for an algorithm whose agents
                    can be recurrent (`Agent.initial_core`); the contract suite then runs
                    every check over that variant of its probe config too. None: feed-forward only.
+    step_metrics:  the metrics that are means over an update's gradient steps (a replay
+                   agent's loss, TD error, ...) where an update may take none (before
+                   `learning_starts`, at a fractional replay ratio) and then reports 0; its
+                   updates report how many they took as the metric `gradient_steps`. A
+                   metrics row averages these over its gradient steps, not its updates
+                   (`podracer.runner.agent_means`), so updates that learned nothing do not
+                   dilute them. The contract suite checks that the agent reports them.
     """
 
     name: str
@@ -85,6 +92,7 @@ class Algorithm:
     probe_steps: int = 20_000
     exact_config: Callable[[Any, BatchShape], Any] = lambda config, batch: config
     recurrent: Callable[[Any], Any] | None = None
+    step_metrics: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):
@@ -94,6 +102,9 @@ class Algorithm:
         for field in ("make", "check_batch", "exact_config"):
             if not callable(getattr(self, field)):
                 raise TypeError(f"algorithm {self.name!r}: {field} must be callable (it is mandatory)")
+        if not (isinstance(self.step_metrics, tuple) and all(isinstance(n, str) for n in self.step_metrics)):
+            raise TypeError(f"algorithm {self.name!r}: step_metrics must be a tuple of metric names, "
+                            f"got {self.step_metrics!r}")
         if not self.action_spaces or not set(self.action_spaces) <= set(ACTION_SPACES):
             raise ValueError(f"algorithm {self.name!r}: action_spaces must be a non-empty subset of "
                              f"{[t.__name__ for t in ACTION_SPACES]}, got {self.action_spaces!r}")

@@ -10,14 +10,15 @@ Every row starts with `SHARED_KEYS` (README, "metrics.jsonl"):
 - `episodes` (int): how many episodes ended in the interval (all seeds, all processes);
 
 then, with more than one seed, `episode_return_per_seed` (list of float or None), the
-agent's metrics (float: means over the row's updates) and what the runner adds of its own
+agent's metrics (float: means over the row's updates, or over its gradient steps for an
+algorithm's `step_metrics`, see `agent_means`) and what the runner adds of its own
 (Sebulba's timings). None of those may reuse a shared key.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, Mapping
+from typing import Any, Collection, Mapping
 
 import numpy as np
 
@@ -60,6 +61,32 @@ def metrics_row(env_steps: int, sps: float, wall_s: float, episodes: EpisodeStat
             raise ValueError(f"metrics row: {name!r} is already a key of the row")
         row[name] = value
     return row
+
+
+GRADIENT_STEPS = "gradient_steps"  # the metric that counts an update's gradient steps
+
+
+def agent_means(sums: Mapping[str, Any], num_updates: int, step_metrics: Collection[str] = (),
+                step_sums: Mapping[str, Any] | None = None) -> dict[str, float]:
+    """The agent's metrics over a row of `num_updates` updates, from their sums over those
+    updates (each a scalar, or `[S]` per seed: the row shows the mean of the seeds').
+
+    Most are means over the updates. `step_metrics` (`Algorithm.step_metrics`: a replay
+    agent's loss, TD error, ...) are means over the update's gradient steps, and an update
+    may take none (before `learning_starts`, or at a fractional replay ratio): they are
+    averaged over the row's gradient steps instead, from `step_sums[name]`, the sum over
+    the updates of the metric times the update's `gradient_steps`; 0 in a row that took
+    none. Without `step_sums` every metric is a mean over updates.
+    """
+    steps = np.asarray(sums.get(GRADIENT_STEPS, 0.0), np.float64)
+    means = {}
+    for name, total in sums.items():
+        if step_sums is not None and name in step_metrics and name in step_sums:
+            weighted = np.asarray(step_sums[name], np.float64)
+            means[name] = float(np.mean(np.where(steps > 0, weighted / np.maximum(steps, 1.0), 0.0)))
+        else:
+            means[name] = float(np.mean(np.asarray(total, np.float64)) / num_updates)
+    return means
 
 
 def check_row(row: Mapping[str, Any]) -> None:
