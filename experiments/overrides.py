@@ -156,7 +156,8 @@ def override(config: Any, **changes: Any) -> Any:
     dict of their fields (`override(c, seed=3, agent=dict(learning_rate=1e-3))`).
 
     The Python twin of `apply_overrides`: unknown fields raise `OverrideError` naming them
-    (with the closest match), and every rebuilt section validates itself again.
+    (with the closest match), a section takes a dict or a whole config section (another
+    algorithm's config, say), and every rebuilt section validates itself again.
     """
     updates: dict[str, Any] = {}
     names = {field.name for field in dataclasses.fields(config)}
@@ -172,6 +173,9 @@ def override(config: Any, **changes: Any) -> Any:
                 value = override(current, **value)
             except OverrideError as error:
                 raise OverrideError(f"{name}: {error}") from None
+        elif dataclasses.is_dataclass(current) and not dataclasses.is_dataclass(value):
+            raise OverrideError(f"{name} expects a dict of its fields ({name}=dict(...)) or a config section "
+                                f"such as {type(current).__name__}(...), got {value!r}")
         elif not dataclasses.is_dataclass(current):
             value = coerce_value(name, hints[name], value)
         updates[name] = value

@@ -9,13 +9,15 @@ The top level is the Python API that the `podracer` command itself runs on:
     podracer.evaluate(result.run_dir)            # {"mean_return": ..., ...}
     figure = podracer.plot([result.run_dir])     # a matplotlib Figure
 
-These names are loaded on first use, so `import podracer` stays light and the library's
-layers (podracer -> anakin / sebulba -> experiments) keep their direction at import time.
+These names, and the library's modules (`podracer.agents`, `podracer.config`, `podracer.envs`,
+...), are loaded on first use, so `import podracer` stays light and the library's layers
+(podracer -> anakin / sebulba -> experiments) keep their direction at import time.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from typing import Any
 
 _API = {
@@ -31,6 +33,9 @@ __all__ = sorted(_API)
 
 def __getattr__(name: str) -> Any:
     if name not in _API:
+        # the library's own modules (`podracer.agents`, `podracer.config`, ...), imported on first use
+        if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+            return importlib.import_module(f"{__name__}.{name}")
         raise AttributeError(f"module 'podracer' has no attribute {name!r}")
     module_name, attribute = _API[name]
     module = importlib.import_module(module_name)

@@ -140,6 +140,15 @@ class Config:
     distributed: DistributedConfig = DistributedConfig()
 
     def __post_init__(self) -> None:
+        for name, section in (("env", EnvConfig), ("log", LogConfig), ("checkpoint", CheckpointConfig),
+                              ("distributed", DistributedConfig)):
+            value = getattr(self, name)
+            check(isinstance(value, section), name, f"must be an instance of {section.__name__} (podracer.config)",
+                  value)
+        for name in ("agent", "arch"):
+            value = getattr(self, name)
+            check(not isinstance(value, type), name, "must be a config instance (e.g. PPOConfig(), AnakinConfig()), "
+                  "not a class", value)
         check(self.total_env_steps > 0, "total_env_steps", "must be > 0", self.total_env_steps)
         check(self.seed >= 0, "seed", "must be >= 0", self.seed)
         # jax.random.key keeps a seed's low 32 bits (without jax_enable_x64): a larger seed

@@ -55,11 +55,34 @@ def test_presets_get_converts_values_as_the_command_line_parses_them():
     (lambda: podracer.presets.get("ppo-cartpole-anakin", arch=dict(num_seeds="2")), "arch: num_seeds expects int"),
     (lambda: podracer.presets.get("ppo-cartpole-anakin", agent=dict(learning_rate="1e-3")),
      "agent: learning_rate expects float"),
+    # a section given as a bare value used to replace the section: the run then failed with an
+    # AttributeError ('str' object has no attribute 'id') at setup
+    (lambda: podracer.presets.get("ppo-cartpole-anakin", env="Acrobot-v1"),
+     "env expects a dict of its fields (env=dict(...)) or a config section such as EnvConfig(...)"),
+    (lambda: podracer.presets.get("ppo-cartpole-anakin", log=False), "log expects a dict of its fields"),
 ])
 def test_presets_get_names_the_bad_field(call, message):
     with pytest.raises(ConfigError, match=None) as error:
         call()
     assert message in str(error.value)
+
+
+def test_config_refuses_a_section_of_the_wrong_kind():
+    """`Config(env="CartPole-v1", ...)` or an algorithm's config class in place of an instance
+    is a ConfigError naming the section when the config is built (they used to fail at setup
+    with an AttributeError, or "no algorithm is registered for type")."""
+    from anakin import AnakinConfig
+    from podracer.agents import PPOConfig
+    from podracer.config import Config
+
+    with pytest.raises(ConfigError, match=r"^env must be an instance of EnvConfig .*'CartPole-v1'"):
+        Config(agent=PPOConfig(), arch=AnakinConfig(), env="CartPole-v1")
+    with pytest.raises(ConfigError, match=r"^checkpoint must be an instance of CheckpointConfig"):
+        Config(agent=PPOConfig(), arch=AnakinConfig(), checkpoint=None)
+    with pytest.raises(ConfigError, match=r"^agent must be a config instance .*not a class"):
+        Config(agent=PPOConfig, arch=AnakinConfig())
+    with pytest.raises(ConfigError, match=r"^arch must be a config instance .*not a class"):
+        Config(agent=PPOConfig(), arch=AnakinConfig)
 
 
 def test_presets_are_one_module_per_algorithm():
@@ -90,6 +113,25 @@ def test_top_level_api_is_lazy_and_complete():
     assert all(callable(getattr(podracer, name)) for name in ("train", "resume", "evaluate", "plot"))
     with pytest.raises(AttributeError):
         podracer.no_such_thing  # noqa: B018
+
+
+def test_library_modules_are_reachable_from_a_bare_import_podracer():
+    """`import podracer` then `podracer.agents.PPOConfig`, `podracer.config.ConfigError` (as the
+    README names them) works in a fresh process, each module loaded on first use (it used to
+    be an AttributeError unless something had imported the module before)."""
+    import subprocess
+    import sys
+
+    from tests.helpers import REPO, subprocess_env
+
+    code = ("import sys, podracer; assert 'podracer.agents' not in sys.modules; "
+            "podracer.agents.PPOConfig, podracer.config.ConfigError, podracer.envs.register_jax_env, podracer.ops; "
+            "print('ok')")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=subprocess_env(), capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+    with pytest.raises(AttributeError, match="no attribute '_private'"):
+        podracer._private  # noqa: B018
 
 
 def test_field_docs_read_trailing_and_leading_comments():

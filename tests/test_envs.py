@@ -202,3 +202,81 @@ def test_unknown_env_without_a_close_match_says_how_to_register_one():
     with pytest.raises(UnknownEnvError) as close:
         make_jax_env("CartPole-v0")
     assert "register_jax_env" not in str(close.value)
+
+
+class _Walk(JaxEnv):
+    """A user environment that keeps its promises: a position, one-hot observations."""
+
+    name = "Walk"
+
+    def reset_env(self, key: jax.Array, params: None) -> tuple[jax.Array, jax.Array]:
+        return jnp.zeros((), jnp.int32), self.observe(jnp.zeros((), jnp.int32))
+
+    def step_env(self, key: jax.Array, state: jax.Array, action: jax.Array,
+                 params: None) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+        state = jnp.clip(state + 2 * action - 1, 0, 3)
+        return state, self.observe(state), (state == 3).astype(jnp.float32), state == 3
+
+    def observe(self, state: jax.Array) -> jax.Array:
+        return jax.nn.one_hot(state, 4, dtype=jnp.float32)
+
+    def max_episode_steps(self, params: None) -> int:
+        return 10
+
+    def observation_spec(self, params: None) -> ObsSpec:
+        return ObsSpec((4,), np.dtype(np.float32))
+
+    def action_spec(self, params: None) -> DiscreteSpec:
+        return DiscreteSpec(2)
+
+
+class _WideSpec(_Walk):
+    def observation_spec(self, params: None) -> ObsSpec:
+        return ObsSpec((5,), np.dtype(np.float32))
+
+
+class _Uint8Spec(_Walk):  # DQN's replay would store the float observations as uint8 zeros
+    def observation_spec(self, params: None) -> ObsSpec:
+        return ObsSpec((4,), np.dtype(np.uint8))
+
+
+class _VectorReward(_Walk):
+    def step_env(self, key, state, action, params):
+        state, obs, reward, terminated = super().step_env(key, state, action, params)
+        return state, obs, reward[None], terminated
+
+
+class _FloatState(_Walk):
+    def step_env(self, key, state, action, params):
+        state, obs, reward, terminated = super().step_env(key, state, action, params)
+        return state.astype(jnp.float32), obs, reward, terminated
+
+
+@pytest.mark.parametrize("arch", ["anakin", "sebulba"])
+@pytest.mark.parametrize("env, message", [
+    (_WideSpec, "reset_env returns observations float32[4], but observation_spec declares float32[5]"),
+    (_Uint8Spec, "reset_env returns observations float32[4], but observation_spec declares uint8[4]"),
+    (_VectorReward, "step_env returns a reward of shape (1,); it must be a scalar"),
+    (_FloatState, "step_env returns a state float32[] unlike reset_env's int32[]"),
+])
+def test_user_env_that_breaks_its_specs_is_a_config_error_at_setup(env, message, arch, monkeypatch):
+    """A user environment whose outputs differ from what it declares is refused at setup, on
+    either architecture, naming `env.id` and the difference. Before, a wider spec failed inside
+    flax ("torso/Dense_0" kernel shapes), a vector reward or a retyped state inside the
+    rollout's scan, and a uint8 spec over float observations trained DQN on zeros, silently."""
+    import anakin
+    import podracer.envs
+    import sebulba
+    from podracer.agents import PPOConfig
+    from podracer.config import Config, ConfigError, EnvConfig
+
+    monkeypatch.setitem(podracer.envs._USER, "Walk-v0", env)  # registered for this test only
+    arch_config = (anakin.AnakinConfig(num_envs=4, rollout_length=8) if arch == "anakin"
+                   else sebulba.SebulbaConfig(num_envs=4, rollout_length=8, actor_devices=(0,), learner_devices=(0,)))
+    runner = anakin.runner if arch == "anakin" else sebulba.runner
+    config = Config(env=EnvConfig("Walk-v0"), agent=PPOConfig(num_minibatches=1), arch=arch_config)
+    with pytest.raises(ConfigError, match=r"^env\.id 'Walk-v0': ") as error:
+        runner.setup(config)
+    assert message in str(error.value)
+    monkeypatch.setitem(podracer.envs._USER, "Walk-v0", _Walk)
+    runner.setup(config)

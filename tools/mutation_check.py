@@ -166,6 +166,21 @@ MUTATIONS: tuple[Mutation, ...] = (
       (("experiments/launch.py", "    with stop_on_signals() as stop:\n",
         "    with stop_on_signals(signums=(signal.SIGINT,)) as stop:\n"),),
       ("tests/test_launch.py::test_sigterm_to_the_launcher_stops_every_process",)),
+    M("tensorboard-keeps-rows-after-checkpoint", "a resumed run's TensorBoard shows rows after its checkpoint twice",
+      (("experiments/train.py", "purge_step = 0 if progress is None else progress.env_steps + 1",
+        "purge_step = None"),),
+      ("tests/test_runner_layer.py::test_tensorboard_of_a_resumed_run_shows_each_row_once",)),
+    M("sebulba-stop-drops-last-updates", "a Sebulba stop between two log points leaves its last updates unlogged",
+      (("sebulba/runner.py", "        if final:  # a stop between two log points: its updates get a row of their own\n"
+        "            reporter.flush()\n", ""),),
+      ("tests/test_sebulba_lifecycle.py::test_stop_checkpoints_and_resume_continues_the_learner",)),
+    M("step-metrics-diluted", "a replay agent's loss averaged over updates that took no gradient step",
+      (("podracer/runner/metrics.py", "if step_sums is not None and name in step_metrics and name in step_sums:",
+        "if False:"),),
+      ("tests/test_runner_layer.py::test_a_row_spanning_learning_starts_is_not_diluted",)),
+    M("user-env-unchecked", "a user environment that breaks its own specs runs (or fails deep in the program)",
+      (("podracer/envs/__init__.py", "        check_env_outputs(env, env_config.id)\n", "        pass\n"),),
+      ("tests/test_envs.py::test_user_env_that_breaks_its_specs_is_a_config_error_at_setup",)),
 )
 
 

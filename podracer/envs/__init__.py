@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import difflib
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
+
+import jax
+import numpy as np
 
 from podracer.envs.base import EnvState, JaxEnv
 from podracer.envs.brax_env import BRAX_IDS
@@ -100,13 +103,67 @@ def check_time_limit(env: JaxEnv, env_config: EnvConfig) -> None:
                           "implement JaxEnv.max_episode_steps; implement it or set env.max_episode_steps")
 
 
+def _describe(tree: Any) -> str:
+    """`float32[7]` for an array's shape and dtype, a pytree of them otherwise."""
+    leaves, treedef = jax.tree.flatten(tree)
+    shown = [f"{np.dtype(leaf.dtype).name}{list(leaf.shape)}" for leaf in leaves]
+    return shown[0] if treedef == jax.tree.structure(0) else str(jax.tree.unflatten(treedef, shown))
+
+
+def _abstract(tree: Any) -> Any:
+    return jax.tree.map(lambda x: (tuple(x.shape), np.dtype(x.dtype)), tree)
+
+
+def check_env_outputs(env: JaxEnv, env_id: str) -> None:
+    """ConfigError naming `env.id` unless `reset_env` and `step_env` return what `env`
+    declares: observations shaped and typed as its `observation_spec`, a scalar reward and
+    termination, and the same inner state from both. Traced with `jax.eval_shape` (nothing
+    runs), for user environments, whose mismatches would otherwise surface as a shape error
+    inside the network or the rollout's scan, or not at all (a uint8 spec truncating float
+    observations in a replay buffer)."""
+    from podracer.config import ConfigError
+    from podracer.types import DiscreteSpec, obs_spec_map
+
+    params = env.default_params
+    name = type(env).__name__
+    spec = obs_spec_map(lambda leaf: jax.ShapeDtypeStruct(tuple(leaf.shape), np.dtype(leaf.dtype)),
+                        env.observation_spec(params))
+    action_spec = env.action_spec(params)
+    action = jax.ShapeDtypeStruct((), np.int32) if isinstance(action_spec, DiscreteSpec) else \
+        jax.ShapeDtypeStruct(tuple(action_spec.shape), np.float32)
+    key = jax.eval_shape(lambda: jax.random.key(0))
+
+    def fail(what: str) -> None:
+        raise ConfigError(f"env.id {env_id!r}: {name}.{what}")
+
+    try:
+        inner, obs = jax.eval_shape(env.reset_env, key, params)
+        step = jax.eval_shape(env.step_env, key, inner, action, params)
+    except Exception as error:  # noqa: BLE001 - shown whole, with the environment it came from
+        fail(f"reset_env or step_env failed when traced: {type(error).__name__}: {error}")
+    for where, observed in (("reset_env", obs), ("step_env", step[1])):
+        if _abstract(observed) != _abstract(spec):
+            fail(f"{where} returns observations {_describe(observed)}, but observation_spec declares "
+                 f"{_describe(spec)}")
+    for index, what in ((2, "reward"), (3, "terminated")):
+        if tuple(step[index].shape) != ():
+            fail(f"step_env returns a {what} of shape {tuple(step[index].shape)}; it must be a scalar "
+                 "(one environment: the runners vmap it)")
+    if _abstract(step[0]) != _abstract(inner):
+        fail(f"step_env returns a state {_describe(step[0])} unlike reset_env's {_describe(inner)} (auto-reset "
+             "selects between them: same structure, shapes and dtypes)")
+
+
 def make_configured_jax_env(env_config: EnvConfig) -> JaxEnv:
-    """The JAX environment an `EnvConfig` describes: `make_jax_env(env_config.id)`, showing
+    """The JAX environment an `EnvConfig` describes: `make_jax_env(env_config.id)` (a user
+    environment's outputs checked against its specs, `check_env_outputs`), showing
     the agent only `env_config.observe` where that is set (`podracer.envs.observe`), with
     `env_config.params` set (`podracer.envs.params`) and truncated after
     `env_config.max_episode_steps` where that is set (`TimeLimitJaxEnv`)."""
     env = make_jax_env(env_config.id)
     check_time_limit(env, env_config)
+    if env_config.id in _USER:  # built-ins are checked by the tests; a user's is checked here
+        check_env_outputs(env, env_config.id)
     if env_config.params:
         from podracer.envs.params import with_params
 
