@@ -28,6 +28,25 @@ from podracer.envs.prefix.synthesis import SynthesisError
 from podracer.runner import NonFiniteError
 
 RUN_FAILED = 1
+IMPORT_ENV = "PODRACER_IMPORT"  # modules to import first: user environments, algorithms, presets
+
+
+def import_user_modules() -> list[str]:
+    """Import the modules named in `$PODRACER_IMPORT` (comma-separated, importable from the
+    current directory or PYTHONPATH), so that the environments, algorithms and presets they
+    register exist for every command (and for launch-local's processes, which inherit it).
+    A module that fails to import is a usage error naming it."""
+    import importlib
+
+    names = [name.strip() for name in os.environ.get(IMPORT_ENV, "").split(",") if name.strip()]
+    if names and "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # `python -m` would have; the console script does not
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as error:  # noqa: BLE001 - whatever the user's module raised, named
+            fail(f"{IMPORT_ENV}: cannot import {name!r}: {type(error).__name__}: {error}".replace("\n", " "))
+    return names
 
 
 def resolve_config(preset: str, overrides: list[str]):
@@ -313,6 +332,7 @@ def use_compilation_cache() -> str | None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    import_user_modules()
     parser = build_parser()
     tokens = list(sys.argv[1:] if argv is None else argv)
     args, rest = parser.parse_known_args(tokens)

@@ -25,6 +25,25 @@ PRESETS: dict[str, Callable[[], Config]] = {
 }
 
 
+_BUILTIN = frozenset(PRESETS)
+
+
+def register_preset(name: str, make: Callable[[], Config], overwrite: bool = False) -> None:
+    """Add a preset of your own (say, for an environment or algorithm you registered):
+    `make()` returns its complete `Config`. The `podracer` command sees it when the module
+    that registers it is named in `$PODRACER_IMPORT`. Built-in names cannot be taken; a name
+    you registered is replaced only with `overwrite`."""
+    if not isinstance(name, str) or not name or any(c.isspace() for c in name):
+        raise ValueError(f"a preset name is a non-empty word, got {name!r}")
+    if not callable(make):
+        raise TypeError(f"preset {name!r}: make must be callable (() -> Config), got {make!r}")
+    if name in _BUILTIN:
+        raise ValueError(f"preset {name!r} is built-in; choose another name")
+    if name in PRESETS and not overwrite:
+        raise ValueError(f"preset {name!r} is already registered (pass overwrite=True to replace it)")
+    PRESETS[name] = make
+
+
 def names() -> list[str]:
     """Every preset's name."""
     return list(PRESETS)

@@ -197,3 +197,87 @@ def test_overrides_valid_together_apply_in_any_order():
     assert apply_overrides(base, ["--seed", "1", "--seed", "2"]).seed == 2
     with pytest.raises(ConfigError, match="agent.shared_torso must be true"):
         apply_overrides(base, ["--agent.latent-size", "32"])
+
+
+PLUGIN = '''
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import podracer
+from experiments.presets import register_preset
+from podracer.envs import JaxEnv, register_jax_env
+from podracer.types import DiscreteSpec, ObsSpec
+
+
+class Walk(JaxEnv):
+    name = "Walk"
+
+    def reset_env(self, key, params):
+        return jnp.zeros((), jnp.int32), jax.nn.one_hot(0, 4)
+
+    def step_env(self, key, state, action, params):
+        state = jnp.clip(state + 2 * action - 1, 0, 3)
+        return state, jax.nn.one_hot(state, 4), (state == 3).astype(jnp.float32), state == 3
+
+    def max_episode_steps(self, params):
+        return 10
+
+    def observation_spec(self, params):
+        return ObsSpec((4,), np.dtype(np.float32))
+
+    def action_spec(self, params):
+        return DiscreteSpec(2)
+
+
+register_jax_env("Walk-v0", Walk)
+register_preset("walk-ppo-anakin", lambda: podracer.presets.get(
+    "ppo-cartpole-anakin", env=dict(id="Walk-v0"), total_env_steps=256,
+    arch=dict(num_envs=4, rollout_length=8, updates_per_call=4), agent=dict(hidden_sizes=(8,)),
+    log=dict(console=False, tensorboard=False)))
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_podracer_import_brings_user_envs_and_presets_to_every_command(tmp_path):
+    """`PODRACER_IMPORT=module` makes the environments and presets a user module registers
+    known to the command line: list shows them, train runs the preset, evaluate reads the
+    run back; a module that cannot be imported is one line and exit status 2."""
+    (tmp_path / "walk_plugin.py").write_text(PLUGIN)
+    env = dict(subprocess_env(), PODRACER_IMPORT="walk_plugin")
+
+    def podracer(*args, environ=env):
+        return subprocess.run([sys.executable, "-m", "experiments.cli", *args], cwd=tmp_path, env=environ,
+                              capture_output=True, text=True, timeout=200)
+
+    listed = podracer("list")
+    assert listed.returncode == 0 and "walk-ppo-anakin" in listed.stdout and "Walk-v0" in listed.stdout
+    trained = podracer("train", "walk-ppo-anakin", "--run-dir", "run")
+    assert trained.returncode == 0, trained.stderr
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["env"]["id"] == "Walk-v0"
+    evaluated = podracer("evaluate", "run", "--episodes", "2")
+    assert evaluated.returncode == 0, evaluated.stderr
+    without = podracer("evaluate", "run", "--episodes", "2", environ=subprocess_env())
+    assert without.returncode == 2 and "Walk-v0" in without.stderr
+    missing = podracer("list", environ=dict(env, PODRACER_IMPORT="walk_plugin, no_such_module"))
+    assert missing.returncode == 2 and missing.stderr.strip().splitlines() == [
+        "podracer: error: PODRACER_IMPORT: cannot import 'no_such_module': ModuleNotFoundError: "
+        "No module named 'no_such_module'"]
+
+
+def test_register_preset_refuses_builtin_and_taken_names():
+    from experiments import presets
+
+    with pytest.raises(ValueError, match="is built-in"):
+        presets.register_preset("ppo-cartpole-anakin", PRESETS["ppo-cartpole-anakin"])
+    with pytest.raises(TypeError, match="make must be callable"):
+        presets.register_preset("mine", None)
+    presets.register_preset("mine-for-a-test", PRESETS["ppo-cartpole-anakin"])
+    try:
+        assert presets.get("mine-for-a-test", seed=3).seed == 3
+        with pytest.raises(ValueError, match="already registered"):
+            presets.register_preset("mine-for-a-test", PRESETS["ppo-cartpole-anakin"])
+        presets.register_preset("mine-for-a-test", PRESETS["ppo-cartpole-anakin"], overwrite=True)
+    finally:
+        del presets.PRESETS["mine-for-a-test"]
