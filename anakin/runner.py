@@ -170,6 +170,7 @@ def train(
     train_call = train_call.lower(state, jnp.int32(config.arch.updates_per_call)).compile()
     total, every = s.sizes.num_updates, config.checkpoint.every_updates
     rows: list[dict[str, Any]] = []
+    step_metrics = algorithm_for(config.agent).step_metrics
     clock = Clock(progress.wall_s)
     dispatched = progress.updates
     pending: _Call | None = None
@@ -188,7 +189,7 @@ def train(
         if pending is not None:
             with waits.waiting(pending.label):
                 progress, row = _finish(pending, progress, s.sizes, config.arch.num_seeds, clock, hooks,
-                                        algorithm_for(config.agent).step_metrics)
+                                        step_metrics)
             rows.append(row)
             hooks.emit(row)
             if launched is None:
