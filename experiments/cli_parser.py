@@ -81,7 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     baseline.add_argument("--seed", type=int, default=0)
     baseline.add_argument("--workers", type=int, default=None, help="synthesis processes (default: every CPU)")
     baseline.add_argument("--cache", default=None, metavar="FILE",
-                          help="synthesis cache (default $PODRACER_PREFIX_CACHE or ~/.cache/podracer/)")
+                          help="synthesis cache (default $PODRACER_PREFIX_CACHE or "
+                               "~/.cache/podracer/prefix-synthesis.jsonl)")
     baseline.add_argument("--json", action="store_true", help="print one JSON object")
 
     front = commands.add_parser("prefix-front", help="the Pareto front of a prefix-adder search or run",

@@ -165,6 +165,18 @@ def test_unknown_id_lists_close_matches():
         host_backend(EnvConfig("Pong-v4", backend="envpool"))
 
 
+def test_unknown_id_names_the_envpool_extra_when_envpool_is_missing(monkeypatch):
+    from podracer.envs import envpool_env
+
+    with pytest.raises(UnknownEnvError) as installed:
+        host_backend(EnvConfig("Pong-v4"))
+    assert "podracer[envpool]" not in str(installed.value)
+    monkeypatch.setattr(envpool_env, "envpool_ids", lambda: ())  # as without EnvPool
+    for backend in ("auto", "envpool"):
+        with pytest.raises(UnknownEnvError, match=r"not installed: pip install 'podracer\[envpool\]'"):
+            host_backend(EnvConfig("Pong-v5", backend=backend))
+
+
 @pytest.mark.parametrize("field, value", [
     ("max_episode_steps", 0), ("repeat_action_probability", 1.5), ("noop_max", -1),
     ("frame_skip", 0), ("frame_stack", 0), ("backend", "dm_env"),

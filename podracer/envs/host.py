@@ -175,7 +175,8 @@ def _host_backend(env_config: EnvConfig) -> str:
     `env.backend` says), else "envpool", "gymnasium" or "jax" (a JAX environment stepped on
     the host, `podracer.envs.jax_host`), the first that has the id.
 
-    Raises UnknownEnvError (listing close matches) when the chosen backend lacks the id.
+    Raises UnknownEnvError (listing close matches) when the chosen backend lacks the id,
+    naming the `envpool` extra when EnvPool is not installed.
     """
     from podracer.envs import envpool_env, gymnasium_env, jax_env_ids, unknown_env_error
 
@@ -190,7 +191,11 @@ def _host_backend(env_config: EnvConfig) -> str:
         return "jax"
     known = {"envpool": envpool_env.envpool_ids, "gymnasium": gymnasium_env.gymnasium_ids, "jax": jax_env_ids}
     ids = host_env_ids() if backend == "auto" else sorted(known[backend]())
-    raise unknown_env_error(env_config.id, ids, "host" if backend == "auto" else backend)
+    error = unknown_env_error(env_config.id, ids, "host" if backend == "auto" else backend)
+    if backend in ("auto", "envpool") and not envpool_env.envpool_ids():  # none: EnvPool is not installed
+        error = type(error)(f"{error} (EnvPool, which runs Atari and MuJoCo, is not installed: "
+                            "pip install 'podracer[envpool]')")
+    raise error
 
 
 def host_env_specs(env_config: EnvConfig) -> tuple[ObservationSpec, ActionSpec]:
