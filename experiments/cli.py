@@ -332,7 +332,6 @@ def use_compilation_cache() -> str | None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    import_user_modules()
     parser = build_parser()
     tokens = list(sys.argv[1:] if argv is None else argv)
     args, rest = parser.parse_known_args(tokens)
@@ -341,6 +340,8 @@ def main(argv: list[str] | None = None) -> None:
         args.preset, rest = preset_and_overrides(tokens[tokens.index(args.command) + 1:], own)
         rest = [token for token in rest if token not in ("-h", "--help")]  # a flag, taken by the parser
     use_cpu_devices(getattr(args, "cpu_devices", None) if args.command in ("train", "bench") else None)
+    # After --cpu-devices: a user module may start JAX's backend (a jnp constant at import).
+    import_user_modules()
     if args.command in ("train", "evaluate", "bench", "prefix-front"):
         use_compilation_cache()
     # EnvPool builds Gymnasium spaces from float64 bounds; Gymnasium warns on every one.

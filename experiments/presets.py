@@ -33,8 +33,8 @@ def register_preset(name: str, make: Callable[[], Config], overwrite: bool = Fal
     `make()` returns its complete `Config`. The `podracer` command sees it when the module
     that registers it is named in `$PODRACER_IMPORT`. Built-in names cannot be taken; a name
     you registered is replaced only with `overwrite`."""
-    if not isinstance(name, str) or not name or any(c.isspace() for c in name):
-        raise ValueError(f"a preset name is a non-empty word, got {name!r}")
+    if not isinstance(name, str) or not name or name.startswith("-") or any(c.isspace() for c in name):
+        raise ValueError(f"a preset name is a non-empty word that does not start with '-', got {name!r}")
     if not callable(make):
         raise TypeError(f"preset {name!r}: make must be callable (() -> Config), got {make!r}")
     if name in _BUILTIN:

@@ -56,6 +56,20 @@ def test_cpu_devices_splits_the_cpu_before_jax_starts():
 
 
 @pytest.mark.timeout(60)
+def test_cpu_devices_take_effect_with_a_user_module_that_starts_jax(tmp_path):
+    """A `PODRACER_IMPORT` module may run JAX at import (a `jnp` constant): the command sets
+    `--cpu-devices` first, so the count still applies (it used to be a RuntimeError traceback:
+    jax_num_cpu_devices set after the backend started)."""
+    (tmp_path / "eager_plugin.py").write_text("import jax.numpy as jnp\nTABLE = jnp.arange(4)\n")
+    env = dict(subprocess_env(), PODRACER_IMPORT="eager_plugin")
+    done = subprocess.run([sys.executable, "-m", "experiments.cli", "train", "ppo-cartpole-sebulba", "--cpu-devices", "3",
+                           "--arch.learner-devices", "5"], cwd=tmp_path, capture_output=True, text=True, env=env,
+                          timeout=55)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "arch.learner_devices names device 5 but only 3 exist" in done.stderr, done.stderr
+
+
+@pytest.mark.timeout(60)
 def test_coordinator_auto_outside_a_cluster_is_a_user_error(tmp_path):
     """`--distributed.coordinator auto` where JAX finds no cluster (no SLURM, Open MPI or
     TPU pod): one line naming the field, exit 2, no run directory; in a fresh process, as
@@ -273,6 +287,9 @@ def test_register_preset_refuses_builtin_and_taken_names():
         presets.register_preset("ppo-cartpole-anakin", PRESETS["ppo-cartpole-anakin"])
     with pytest.raises(TypeError, match="make must be callable"):
         presets.register_preset("mine", None)
+    for bad in ("", "two words", "--flag-like"):
+        with pytest.raises(ValueError, match="a preset name is a non-empty word"):
+            presets.register_preset(bad, PRESETS["ppo-cartpole-anakin"])
     presets.register_preset("mine-for-a-test", PRESETS["ppo-cartpole-anakin"])
     try:
         assert presets.get("mine-for-a-test", seed=3).seed == 3

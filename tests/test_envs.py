@@ -280,3 +280,33 @@ def test_user_env_that_breaks_its_specs_is_a_config_error_at_setup(env, message,
     assert message in str(error.value)
     monkeypatch.setitem(podracer.envs._USER, "Walk-v0", _Walk)
     runner.setup(config)
+
+
+class _KeyInState(_Walk):
+    """Keeps a PRNG key in its state (a typed key, as the runners pass): valid."""
+
+    def reset_env(self, key, params):
+        return (key, jnp.zeros((), jnp.int32)), self.observe(jnp.zeros((), jnp.int32))
+
+    def step_env(self, key, state, action, params):
+        own, position = state
+        own, _ = jax.random.split(own)
+        position, obs, reward, terminated = super().step_env(key, position, action, params)
+        return (own, position), obs, reward, terminated
+
+
+def test_user_env_with_a_key_in_its_state_passes_the_spec_check():
+    """The spec check compares dtypes as JAX gives them: a typed PRNG key in the state (whose
+    dtype numpy cannot interpret) is accepted, and a state that drops it is still named."""
+    from podracer.config import ConfigError
+    from podracer.envs import check_env_outputs
+
+    check_env_outputs(_KeyInState(), "Walk-v0")
+
+    class _DropsKey(_KeyInState):
+        def step_env(self, key, state, action, params):
+            (_, position), obs, reward, terminated = super().step_env(key, state, action, params)
+            return (jax.random.key_data(state[0]), position), obs, reward, terminated
+
+    with pytest.raises(ConfigError, match=r"step_env returns a state .*uint32\[2\].* unlike reset_env's .*key<fry>"):
+        check_env_outputs(_DropsKey(), "Walk-v0")

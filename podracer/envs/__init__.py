@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import difflib
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, NoReturn
 
 import jax
 import numpy as np
@@ -106,12 +106,13 @@ def check_time_limit(env: JaxEnv, env_config: EnvConfig) -> None:
 def _describe(tree: Any) -> str:
     """`float32[7]` for an array's shape and dtype, a pytree of them otherwise."""
     leaves, treedef = jax.tree.flatten(tree)
-    shown = [f"{np.dtype(leaf.dtype).name}{list(leaf.shape)}" for leaf in leaves]
+    shown = [f"{leaf.dtype}{list(leaf.shape)}" for leaf in leaves]
     return shown[0] if treedef == jax.tree.structure(0) else str(jax.tree.unflatten(treedef, shown))
 
 
 def _abstract(tree: Any) -> Any:
-    return jax.tree.map(lambda x: (tuple(x.shape), np.dtype(x.dtype)), tree)
+    # `x.dtype` as is: a PRNG key in an environment's state has a dtype numpy cannot read
+    return jax.tree.map(lambda x: (tuple(x.shape), x.dtype), tree)
 
 
 def check_env_outputs(env: JaxEnv, env_id: str) -> None:
@@ -133,7 +134,7 @@ def check_env_outputs(env: JaxEnv, env_id: str) -> None:
         jax.ShapeDtypeStruct(tuple(action_spec.shape), np.float32)
     key = jax.eval_shape(lambda: jax.random.key(0))
 
-    def fail(what: str) -> None:
+    def fail(what: str) -> NoReturn:
         raise ConfigError(f"env.id {env_id!r}: {name}.{what}")
 
     try:
