@@ -130,7 +130,7 @@ def cmd_train(preset: str | None, resume_dir: str | None, overrides: list[str]) 
     if result.stopped:
         by = stop.name if stop.signum is not None else "a signal to another process of the run"
         print(f"podracer: stopped by {by} at {env_steps:,} env steps, checkpoint saved; "
-              f"continue with: podracer train --resume {result.run_dir}", file=sys.stderr)
+              f"continue with: {resume_command(result.run_dir)}", file=sys.stderr)
         return 128 + (stop.signum or signal.SIGTERM)
     from podracer.distributed import is_leader
 
@@ -139,6 +139,22 @@ def cmd_train(preset: str | None, resume_dir: str | None, overrides: list[str]) 
     steps = f"{env_steps:,}" if isinstance(env_steps, int) else env_steps
     print(f"done: {steps} env steps, final return {final_return(result.run_dir)}, run dir {result.run_dir}")
     return 0
+
+
+def resume_command(run_dir: str) -> str:
+    """The command that continues a stopped run on what it ran on: the same number of
+    processes and (fake CPU) devices, which a checkpoint's per-device state needs."""
+    import jax
+
+    from podracer.distributed import process_count
+
+    fake = jax.default_backend() == "cpu" and jax.local_device_count() > 1
+    devices = f" --cpu-devices {jax.local_device_count()}" if fake else ""
+    processes = process_count()
+    if processes == 1:
+        return f"podracer train --resume {run_dir}{devices}"
+    return (f"podracer launch-local -n {processes}{devices} --resume {run_dir} (on a cluster, podracer train "
+            f"--resume {run_dir} with --distributed.* in each of the run's {processes} processes)")
 
 
 def final_return(run_dir: str) -> str:

@@ -318,3 +318,24 @@ def test_default_run_dirs_are_never_shared(tmp_path):
     with pytest.raises(ConfigError, match="taken by another run started at the same moment"):
         train_lib.prepare_run_dir(first, TINY, defaulted=True)
     train_lib.prepare_run_dir(first, TINY)  # a directory the user names may be reused (no checkpoints)
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_a_stopped_run_names_the_command_that_resumes_it(processes, tmp_path, capsys, monkeypatch):
+    """The stop line's command continues the run on what it ran on: the same fake CPU
+    devices (here 4) and, for a multi-process run, the same processes; `podracer train
+    --resume DIR` alone would meet a checkpoint of other per-device shapes (DQN's buffers)."""
+    from podracer import distributed
+
+    class Stopped(NamedTuple):
+        stopped: bool
+        env_steps: int
+        run_dir: str
+
+    monkeypatch.setattr(train_lib, "train", lambda config, **kwargs: Stopped(True, 128, str(tmp_path)))
+    monkeypatch.setattr(distributed, "process_count", lambda: processes)
+    code, out = run_main(capsys, "train", *TINY_ARGS)
+    assert code == 128 + signal.SIGTERM
+    expected = (f"podracer train --resume {tmp_path} --cpu-devices 4" if processes == 1 else
+                f"podracer launch-local -n 2 --cpu-devices 4 --resume {tmp_path}")
+    assert f"continue with: {expected}" in out.err, out.err
