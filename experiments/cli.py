@@ -7,6 +7,8 @@ problem, before anything compiles. A run that diverges (non-finite loss), or a p
 of a multi-process run that waited on the others past `distributed.timeout_s`, exits with
 status 1 and one line. SIGTERM/SIGINT stop a run after a checkpoint; it exits with
 128 + the signal number and `podracer train --resume RUN_DIR` continues it.
+`$PODRACER_IMPORT` names modules every command imports first (user environments,
+algorithms and presets: `import_user_modules`).
 """
 
 from __future__ import annotations
