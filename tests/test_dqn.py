@@ -242,3 +242,20 @@ def test_importance_exponent_reaches_one_at_the_last_update():
         learning.append(float(metrics["learning"]))
     assert learning == [0, 0, 1, 1, 1, 1]
     np.testing.assert_allclose(betas[2:], [0.55, 0.7, 0.85, 1.0], rtol=1e-6)
+
+
+def test_per_step_metrics_must_be_declared_as_step_metrics(monkeypatch):
+    """Every metric DQN averages over an update's gradient steps is in its `step_metrics`
+    (metrics rows average those over gradient steps): an undeclared one is refused when the
+    update traces, naming both lists."""
+    from podracer.agents import common
+
+    assert set(algorithm_for(DQNConfig()).step_metrics) == set(dqn.STEP_METRICS)
+    with pytest.raises(TypeError, match=r"dqn: the per-step metrics \['extra', 'loss'\] differ"):
+        common.check_step_metrics({"loss": 0, "extra": 0}, ("loss",), "dqn")
+    monkeypatch.setattr(dqn, "STEP_METRICS", dqn.STEP_METRICS[1:])  # as if "loss" were new and undeclared
+    config = DQNConfig(buffer_size=64, batch_size=8, gradient_steps=1, learning_starts=0, hidden_sizes=(8,))
+    agent = dqn.make_dqn(config, OBS_SPEC, ACTION_SPEC, num_updates=2, axis_name=None)
+    with pytest.raises(TypeError, match="list every per-step metric"):
+        jax.eval_shape(agent.update, jax.eval_shape(agent.init, jax.random.key(0)), numbered_trajectory(4, 5),
+                       jax.random.key(1))

@@ -228,6 +228,17 @@ def sequence_minibatches(key: PRNGKey, batch: Any, num_minibatches: int) -> Any:
 Minibatcher = Callable[[PRNGKey, Any, int], Any]
 
 
+def check_step_metrics(names: Any, declared: tuple[str, ...], algorithm: str) -> None:
+    """Trace-time guard for a replay agent: the metrics it averages over an update's gradient
+    steps (`names`) are exactly its `Algorithm.step_metrics` (`declared`), which metrics rows
+    average over gradient steps (`podracer.runner.agent_means`); a per-step metric added
+    without declaring it would be diluted by the updates that take no step."""
+    names = set(names)
+    if names != set(declared):
+        raise TypeError(f"{algorithm}: the per-step metrics {sorted(names)} differ from the declared step_metrics "
+                        f"{sorted(declared)}; list every per-step metric in its Algorithm's step_metrics")
+
+
 def make_sgd_epochs(
     grad_fn: Callable[[Params, Any], tuple[tuple[Array, dict], Any]],
     optimizer: optax.GradientTransformation,

@@ -81,6 +81,11 @@ class DQNParams(NamedTuple):
     env_steps: Count  # env steps (all devices, one seed) the learner has received
 
 
+# The metrics of a gradient step, averaged over an update's steps (0 in one that takes none):
+# the algorithm's `step_metrics`, checked against what `learn_steps` averages when it traces.
+STEP_METRICS = ("loss", "q_mean", "td_abs", "grad_norm", "importance_weight")
+
+
 class DQNLearnerState(NamedTuple):
     """`AgentState.opt_state` of DQN: replicated learner-only state."""
 
@@ -328,6 +333,7 @@ def make_dqn(
             return online, learner, local, jax.tree.map(jnp.add, sums, metrics)
 
         shapes = jax.eval_shape(one_step, online, learner, local, keys[0])[-1]
+        common.check_step_metrics(shapes, STEP_METRICS, "dqn")
         sums = varying(jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes))
         carry = (online, learner, local, sums)
         if config.unroll_sgd:
@@ -388,5 +394,5 @@ ALGORITHM = Algorithm(
     name="dqn", config=DQNConfig, make=make_dqn, check_batch=DQNConfig.check_batch,
     action_spaces=(DiscreteSpec,), masks=True, probe_config=_probe_config, probe_steps=20_000,
     exact_config=_exact_config,
-    step_metrics=("loss", "q_mean", "td_abs", "grad_norm", "importance_weight"),
+    step_metrics=STEP_METRICS,
 )

@@ -96,7 +96,7 @@ ALGORITHM = Algorithm(
     name="muzero", config=MuZeroConfig, make=make_muzero, check_batch=MuZeroConfig.check_batch,
     action_spaces=(DiscreteSpec,), masks=False, probe_config=_probe_config, probe_steps=12_800,
     exact_config=_exact_config,
-    step_metrics=("loss", "value_loss", "policy_loss", "reward_loss", "value_error", "policy_entropy", "grad_norm"),
+    step_metrics=learning.STEP_METRICS,
 )
 
 __all__ = ["ALGORITHM", "MuZeroConfig", "make_muzero", "make_prior_act", "without_search"]

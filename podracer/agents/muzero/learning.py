@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import optax
 
 from podracer import ops, parallel
+from podracer.agents.common import check_step_metrics
 from podracer.agents.muzero.config import MuZeroConfig
 from podracer.agents.muzero.losses import muzero_loss, unroll_model, unroll_targets
 from podracer.agents.muzero.networks import MuZeroNetwork
@@ -123,6 +124,11 @@ def make_loss(config: MuZeroConfig, network: MuZeroNetwork) -> Callable[[Params,
     return loss
 
 
+# The metrics of a gradient step, averaged over an update's steps (0 in one that takes none):
+# the algorithm's `step_metrics`, checked against what `learn_steps` averages when it traces.
+STEP_METRICS = ("loss", "value_loss", "policy_loss", "reward_loss", "value_error", "policy_entropy", "grad_norm")
+
+
 def make_learn_on_batch(
     config: MuZeroConfig, network: MuZeroNetwork, optimizer: optax.GradientTransformation,
     axis_name: parallel.AxisName,
@@ -206,6 +212,7 @@ def make_update(
             return params, opt_state, jax.tree.map(jnp.add, sums, metrics)
 
         shapes = jax.eval_shape(one_step, params, opt_state, keys[0])[-1]
+        check_step_metrics(shapes, STEP_METRICS, "muzero")
         sums = varying(jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes))
         params, opt_state, sums = jax.lax.fori_loop(0, num_steps, body, (params, opt_state, sums))
         means = jax.tree.map(lambda x: x / jnp.maximum(num_steps, 1).astype(x.dtype), sums)
