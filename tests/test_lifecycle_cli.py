@@ -218,12 +218,15 @@ def test_a_new_run_starts_a_fresh_metrics_file(tmp_path):
 
 
 @pytest.mark.xdist_group("tiny-run")
-def test_resuming_a_finished_run_reports_its_last_return(trained_run, tmp_path, capsys):
-    """A finished run resumed again trains nothing and logs no row; its summary line still
-    gives the run's last logged return (not `-`)."""
+def test_resuming_a_finished_run_reports_its_last_return(trained_run, tmp_path, capsys, monkeypatch):
+    """A finished run resumed again trains nothing, compiles nothing and logs no row; its
+    summary line still gives the run's last logged return (not `-`)."""
+    import anakin.runner
+
     run_dir = tmp_path / "finished"
     shutil.copytree(trained_run, run_dir)
     last = [row["episode_return"] for row in read_rows(run_dir) if row.get("episode_return") is not None][-1]
+    monkeypatch.setattr(anakin.runner, "make_train_call", lambda *args: pytest.fail("compiled a finished run"))
     code, captured = run_main(capsys, "train", "--resume", run_dir)
     assert code == 0, captured.err
     expected = f"{last:.1f}"
