@@ -98,6 +98,29 @@ def test_truncation_is_computed_from_elapsed_steps(backend):
         env.close()
 
 
+@pytest.mark.parametrize("backend", ["envpool", "gymnasium"])
+def test_terminating_on_the_time_limit_step_is_termination(backend):
+    """Pushing left, poles fall at step 8 or 9; with a limit of 9 steps, those that fall on
+    the 9th still terminate (the pole is down), and only the others are truncated. EnvPool
+    reports `terminated = False` on the step that reaches its own limit."""
+    env = make_host_env(EnvConfig("CartPole-v1", backend=backend, max_episode_steps=9), 16, seed=0)
+    ends_at_limit = {"terminated": 0, "truncated": 0}
+    try:
+        env.reset()
+        for _ in range(30):
+            env.send(np.zeros(16, np.int32))
+            ts = env.recv().timestep
+            pole_down = (np.abs(ts.final_obs[:, 2]) > 12 * 2 * np.pi / 360) | (np.abs(ts.final_obs[:, 0]) > 2.4)
+            limit = ts.episode_length == 9
+            np.testing.assert_array_equal(ts.terminated, pole_down)
+            np.testing.assert_array_equal(ts.truncated, ~pole_down & limit)
+            ends_at_limit["terminated"] += int((pole_down & limit).sum())
+            ends_at_limit["truncated"] += int((~pole_down & limit).sum())
+    finally:
+        env.close()
+    assert min(ends_at_limit.values()) >= 1, ends_at_limit
+
+
 def test_episode_counters_time_limit_and_termination():
     counters = EpisodeCounters(2, max_steps=3)
     no, yes = np.array([False, False]), np.array([True, False])

@@ -181,6 +181,10 @@ MUTATIONS: tuple[Mutation, ...] = (
     M("user-env-unchecked", "a user environment that breaks its own specs runs (or fails deep in the program)",
       (("podracer/envs/__init__.py", "        check_env_outputs(env, env_config.id)\n", "        pass\n"),),
       ("tests/test_envs.py::test_user_env_that_breaks_its_specs_is_a_config_error_at_setup",)),
+    M("envpool-limit-hides-termination", "EnvPool ends episodes at our limit: a terminal last step reads truncated",
+      (("podracer/envs/envpool_env.py", "options: dict[str, Any] = {\"max_episode_steps\": time_limit(env_config) + 1}",
+        "options: dict[str, Any] = {\"max_episode_steps\": time_limit(env_config)}"),),
+      ("tests/test_host_envs.py::test_terminating_on_the_time_limit_step_is_termination",)),
 )
 
 

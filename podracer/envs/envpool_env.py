@@ -10,9 +10,12 @@ EnvPool runs in synchronous batch mode (`batch_size == num_envs`) and is driven 
   extra step of just those ids (`_restart`), and reports the new observation in the same
   step, as the JAX environments do. The learner never sees a fake step. (An explicit
   `reset(env_ids)` would not do: it restarts an Atari game even with lives left.)
-- **Time limits.** EnvPool is given the same `max_episode_steps`, so it resets a game that
-  reaches the limit, but whether a step is truncated is computed from our own step count
-  (`EpisodeCounters`): EnvPool's `truncated` is unreliable (sail-sg/envpool#239).
+- **Time limits.** Whether a step is truncated is computed from our own step count
+  (`EpisodeCounters`), and an environment we truncate is reset explicitly: EnvPool's
+  `truncated` is unreliable (sail-sg/envpool#239), and on the step that reaches its own
+  limit it reports `terminated = False` even where the episode did end in a terminal
+  state (CartPole's pole down at step 500). So EnvPool's limit is set one step beyond
+  ours, where it never ends an episode first.
 
 Atari observations arrive as `[B, stack, 84, 84]` and are handed on as `[B, 84, 84, stack]`
 uint8 (the CNN torsos' layout). Episode returns are logged from the unclipped reward
@@ -46,10 +49,9 @@ def _is_atari(spec: Any) -> bool:
 
 
 def envpool_options(env_config: EnvConfig, spec: Any) -> dict[str, Any]:
-    """Keyword arguments for `envpool.make`: the time limit, and Atari preprocessing."""
-    options: dict[str, Any] = {}
-    if env_config.max_episode_steps is not None:
-        options["max_episode_steps"] = env_config.max_episode_steps
+    """Keyword arguments for `envpool.make`: the time limit (one step beyond ours, see the
+    module docstring), and Atari preprocessing."""
+    options: dict[str, Any] = {"max_episode_steps": time_limit(env_config) + 1}
     if _is_atari(spec):
         options.update(
             episodic_life=env_config.episodic_life,
@@ -63,6 +65,16 @@ def envpool_options(env_config: EnvConfig, spec: Any) -> dict[str, Any]:
             gray_scale=True,
         )
     return options
+
+
+def time_limit(env_config: EnvConfig) -> int:
+    """The episodes' time limit in agent steps: `env.max_episode_steps`, else EnvPool's own
+    for the id (Atari: 27000)."""
+    if env_config.max_episode_steps is not None:
+        return env_config.max_episode_steps
+    import envpool
+
+    return int(envpool.make_spec(env_config.id).config.max_episode_steps)
 
 
 def _spec(env_config: EnvConfig) -> Any:
@@ -103,7 +115,7 @@ class EnvPoolEnv:
         )
         self._ids = np.arange(num_envs, dtype=np.int32)
         self._action_dtype = np.dtype(spec.action_space.dtype)
-        self._counters = EpisodeCounters(num_envs, int(spec.config.max_episode_steps))
+        self._counters = EpisodeCounters(num_envs, time_limit(env_config))
         self._obs_dtype = self.observation_spec.dtype
 
     def reset(self) -> np.ndarray:
