@@ -1,0 +1,158 @@
+"""The `podracer` commands around training: list, evaluate, plot, bench (anakin, sebulba,
+table, prefix) and the prefix-adder tools (prefix-baseline, prefix-front)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+
+from experiments.cli_parser import fail
+from experiments.cli_train import resolve_config
+
+
+def cmd_list(width: int = 100) -> None:
+    """Presets grouped by algorithm and architecture, with whole descriptions; then the
+    algorithms and environments."""
+    import textwrap
+
+    from experiments.presets import PRESETS
+    from podracer.agents import algorithms
+    from podracer.envs import jax_env_ids
+    from podracer.envs.envpool_env import envpool_ids
+
+    names = {algorithm.config: name for name, algorithm in algorithms().items()}
+    groups: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for preset, make in PRESETS.items():
+        config = make()
+        algorithm = names.get(type(config.agent), type(config.agent).__name__)
+        arch = type(config.arch).__name__.removesuffix("Config")
+        doc = " ".join((make.__doc__ or "").split())
+        groups.setdefault((algorithm, arch), []).append((preset, doc))
+    print("presets:")
+    for (algorithm, arch), presets in sorted(groups.items()):
+        print(f"  {algorithm} / {arch}:")
+        for preset, doc in presets:
+            print(f"    {preset}")
+            if doc:
+                print(textwrap.fill(doc, width, initial_indent=" " * 8, subsequent_indent=" " * 8))
+    print("algorithms:")
+    for name, algorithm in algorithms().items():
+        spaces = ", ".join(space.__name__ for space in algorithm.action_spaces)
+        print(f"  {name:10s} {algorithm.config.__name__}: {spaces}{', action masks' if algorithm.masks else ''}")
+    print("environments (Anakin, JAX; brax/* need `pip install podracer[brax]`):")
+    print(textwrap.fill(", ".join(jax_env_ids()), width, initial_indent="  ", subsequent_indent="  ",
+                        break_on_hyphens=False))
+    print(f"environments (Sebulba, host): EnvPool's ids ({len(envpool_ids())}, e.g. CartPole-v1, Pong-v5, "
+          "Breakout-v5, HalfCheetah-v4) and any Gymnasium id, with array observations (not Dict or Tuple) "
+          "and Discrete or Box actions, and the prefix adders "
+          "PrefixAdder-<N> (analytic costs) and "
+          "PrefixAdderSynth-<N> (synthesis rewards)")
+
+
+def cmd_evaluate(args: argparse.Namespace) -> None:
+    from experiments.evaluate import evaluate
+
+    result = evaluate(args.run_dir, episodes=args.episodes, seed=args.seed, agent_seed=args.agent_seed,
+                      sample=args.sample, video=args.video)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"{result['env']}: mean return {result['mean_return']:.2f} +- {result['std_return']:.2f} over "
+              f"{result['episodes']} episodes ({result['policy']} policy, {result['env_steps']:,} env steps)")
+        if args.video:
+            print(f"video: {args.video}")
+
+
+def cmd_plot(args: argparse.Namespace) -> None:
+    from experiments.plot import plot_runs
+
+    plot_runs(args.run_dirs, args.out, labels=args.labels, spread=args.spread, smooth=args.smooth, title=args.title)
+    print(f"wrote {args.out}")
+
+
+def cmd_bench_table(args: argparse.Namespace, overrides: list[str]) -> int:
+    from experiments.benchmarks.table import DEFAULT_MILESTONES, run_table
+    from experiments.signals import stop_on_signals
+
+    if not args.presets or args.out is None:
+        fail("bench table needs --presets A [B ...] and --out DIR")
+    with stop_on_signals() as stop:
+        path = run_table(args.presets, args.seeds, args.out, overrides,
+                         milestones=args.milestones or DEFAULT_MILESTONES, episodes=args.episodes,
+                         policy=args.policy, user_stop=stop, log=lambda line: print(line, flush=True))
+    if path is None:
+        print(f"podracer: stopped by {stop.name}, checkpoint saved; the same command continues the benchmark",
+              file=sys.stderr)
+        return 128 + stop.signum
+    print(f"wrote {path}")
+    return 0
+
+
+def cmd_bench_prefix(args: argparse.Namespace, overrides: list[str]) -> None:
+    from experiments.benchmarks import prefix
+
+    if args.out is None:
+        fail("bench prefix needs --out DIR")
+    if args.baseline_seeds < 1:
+        fail(f"--baseline-seeds must be >= 1, got {args.baseline_seeds}")
+    if args.workers is not None and args.workers < 1:
+        fail(f"--workers must be >= 1, got {args.workers}")
+    config = None
+    if args.run_dir is None:
+        if args.budget is None or args.budget < 1:
+            fail(f"bench prefix needs --budget >= 1 (unique syntheses) to train the agent, got {args.budget}")
+        config = resolve_config(args.preset or prefix.default_preset(args.bits), overrides)
+        prefix.check_agent_config(config, args.bits)
+    elif overrides or args.preset:
+        fail("bench prefix --run-dir reads a finished run: no preset or overrides")
+    table = prefix.compare(args.out, args.budget, config, args.run_dir, range(args.baseline_seeds), args.workers,
+                           log=lambda line: print(line, flush=True) if not args.json else None)
+    print(json.dumps(table) if args.json else prefix.format_table(table))
+
+
+def cmd_bench(arch: str, preset: str | None, overrides: list[str], as_json: bool, seconds: float,
+              compare_reference: bool = False) -> None:
+    if compare_reference and arch != "anakin":
+        fail("--compare-reference applies to bench anakin")
+    if arch == "sebulba" and not (math.isfinite(seconds) and seconds > 0):
+        fail(f"--seconds must be a positive number of seconds, got {seconds}")
+    config = resolve_config(preset or f"ppo-cartpole-{arch}", overrides)
+    if arch == "anakin":
+        from experiments.bench import bench_anakin
+
+        result = bench_anakin(config, compare_reference=compare_reference)
+    else:
+        from sebulba import bench
+
+        result = {"arch": "sebulba", **bench(config, seconds=seconds)}
+    if as_json:
+        print(json.dumps(result))
+    else:
+        for key, value in result.items():
+            print(f"{key:>10s}: {value}")
+
+
+def cmd_prefix(args: argparse.Namespace) -> None:
+    from experiments import prefix
+
+    if args.command == "prefix-baseline":
+        if args.workers is not None and args.workers < 1:
+            fail(f"--workers must be >= 1, got {args.workers}")
+        summary = prefix.run_baseline(args.bits, args.method, args.budget, args.out, args.cost, args.seed,
+                                      args.workers, args.cache)
+    else:
+        summary = prefix.show_front(args.run_dir, args.out)
+    if args.json:
+        print(json.dumps(summary))
+        return
+    if "method" in summary:
+        print(f"{summary['method']}: {summary['designs']} designs in {summary['search_s']:.1f} s "
+              f"({summary['syntheses_per_s']:.1f} syntheses/s, cache hit rate {summary['cache_hit_rate']:.2f})")
+    front = ", ".join(f"({p['area']:g}, {p['delay']:g})" for p in summary["front"])
+    print(f"{summary['bits']}-bit front, {len(summary['front'])} designs (area, delay): {front}")
+    print(f"hypervolume {summary['hypervolume']:.4f}; dominates: {', '.join(summary['dominates']) or 'none'}")
+    print(f"wrote {summary['plot']} and {len(summary['verilog'])} Verilog modules in "
+          f"{os.path.dirname(summary['verilog'][0])}")

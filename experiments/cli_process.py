@@ -1,0 +1,87 @@
+"""What the `podracer` command sets up in its process before a command runs, and how it
+leaves a multi-process run: user modules (`$PODRACER_IMPORT`), the CPU's device split, JAX's
+persistent compilation cache."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import NoReturn
+
+from experiments.cli_parser import fail
+
+IMPORT_ENV = "PODRACER_IMPORT"  # modules to import first: user environments, algorithms, presets
+
+
+def import_user_modules() -> list[str]:
+    """Import the modules named in `$PODRACER_IMPORT` (comma-separated, importable from the
+    current directory or PYTHONPATH), so that the environments, algorithms and presets they
+    register exist for every command (and for launch-local's processes, which inherit it).
+    A module that fails to import is a usage error naming it."""
+    import importlib
+
+    names = [name.strip() for name in os.environ.get(IMPORT_ENV, "").split(",") if name.strip()]
+    if names and "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # `python -m` would have; the console script does not
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as error:  # noqa: BLE001 - whatever the user's module raised, named
+            fail(f"{IMPORT_ENV}: cannot import {name!r}: {type(error).__name__}: {error}".replace("\n", " "))
+    return names
+
+
+def use_cpu_devices(count: int | None) -> None:
+    """Make the CPU backend N devices; before anything initialises JAX's backends."""
+    if count is None:
+        return
+    if count < 1:
+        fail(f"--cpu-devices must be >= 1, got {count}")
+    import jax
+
+    jax.config.update("jax_num_cpu_devices", count)
+
+
+COMPILATION_CACHE_ENV = "PODRACER_COMPILATION_CACHE"
+
+
+def use_compilation_cache() -> str | None:
+    """Turn on JAX's persistent compilation cache for a command that compiles, so that running
+    a program compiled before (the same preset and sizes again: another seed, a resumed or
+    repeated run, each process of a local multi-process run) loads it instead of compiling.
+    The directory is `$PODRACER_COMPILATION_CACHE`, default `~/.cache/podracer/jax`; `off`
+    disables it. A cache the user configured for JAX itself (`JAX_COMPILATION_CACHE_DIR`,
+    or `jax.config` in a notebook) is left as it is. Returns the directory in use, or None."""
+    import jax
+
+    configured = jax.config.jax_compilation_cache_dir
+    if configured:
+        return configured
+    choice = os.environ.get(COMPILATION_CACHE_ENV, "").strip()
+    if choice.lower() in ("off", "0", "false", "no"):
+        return None
+    directory = os.path.expanduser(choice or os.path.join("~", ".cache", "podracer", "jax"))
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError:  # a read-only home: compile as before
+        return None
+    jax.config.update("jax_compilation_cache_dir", directory)
+    return directory
+
+
+def joined_other_processes() -> bool:
+    import jax
+
+    return jax.distributed.is_initialized()
+
+
+def leave_the_run(code: int) -> NoReturn:
+    """Exit at once from a multi-process run that failed here (a lost or stuck process, a
+    wait past its deadline): the ordinary exit would first wait in JAX's shutdown barrier
+    for processes that may never come. Those left are stopped by JAX (or their own
+    deadlines) once this one is gone."""
+    if not joined_other_processes():
+        raise SystemExit(code)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

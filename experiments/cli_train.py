@@ -1,0 +1,126 @@
+"""`podracer train` (a preset with overrides, or `--resume RUN_DIR`) and `podracer
+launch-local`: resolving the config, the run's summary line and the stop line's resume hint."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+
+from experiments.cli_parser import fail
+
+
+def resolve_config(preset: str, overrides: list[str]):
+    from experiments.overrides import apply_overrides
+    from experiments.presets import PRESETS
+
+    if preset not in PRESETS:
+        import difflib
+
+        close = difflib.get_close_matches(preset, list(PRESETS), n=1)
+        hint = f"; did you mean {close[0]}?" if close else "; run `podracer list`"
+        fail(f"unknown preset {preset!r}{hint}")
+    return apply_overrides(PRESETS[preset](), overrides)
+
+
+def cmd_train_help(parser: argparse.ArgumentParser, preset: str | None, overrides: list[str]) -> None:
+    """`podracer train [PRESET [overrides]] --help`: the preset's every field (after any
+    overrides given with it), or the command's own usage without a preset."""
+    if preset is None:
+        commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        print(commands.choices["train"].format_help())
+        return
+    from experiments.help import format_help
+
+    print(format_help(preset, resolve_config(preset, overrides)))
+
+
+def cmd_train(preset: str | None, resume_dir: str | None, overrides: list[str]) -> int:
+    from experiments import train as train_lib
+    from experiments.signals import stop_on_signals
+
+    if preset is None and resume_dir is None:
+        fail("give a preset to train, or --resume RUN_DIR")
+    config = resolve_config(preset, overrides) if preset is not None and resume_dir is None else None
+    session = resume_distributed(preset, overrides) if resume_dir is not None else None
+    with stop_on_signals() as stop:
+        if config is not None:
+            result = train_lib.train(config, name=preset, should_stop=stop)
+        else:
+            result = train_lib.resume(resume_dir, should_stop=stop, distributed_config=session)
+    env_steps = result.env_steps
+    if result.stopped:
+        by = stop.name if stop.signum is not None else "a signal to another process of the run"
+        print(f"podracer: stopped by {by} at {env_steps:,} env steps, checkpoint saved; "
+              f"continue with: {resume_command(result.run_dir)}", file=sys.stderr)
+        return 128 + (stop.signum or signal.SIGTERM)
+    from podracer.distributed import is_leader
+
+    if not is_leader():  # process 0 alone reports a multi-process run
+        return 0
+    steps = f"{env_steps:,}" if isinstance(env_steps, int) else env_steps
+    print(f"done: {steps} env steps, final return {final_return(result.run_dir)}, run dir {result.run_dir}")
+    return 0
+
+
+def resume_command(run_dir: str) -> str:
+    """The command that continues a stopped run on what it ran on: the same number of
+    processes and (fake CPU) devices, which a checkpoint's per-device state needs."""
+    import jax
+
+    from podracer.distributed import process_count
+
+    fake = jax.default_backend() == "cpu" and jax.local_device_count() > 1
+    devices = f" --cpu-devices {jax.local_device_count()}" if fake else ""
+    processes = process_count()
+    if processes == 1:
+        return f"podracer train --resume {run_dir}{devices}"
+    return (f"podracer launch-local -n {processes}{devices} --resume {run_dir} (on a cluster, podracer train "
+            f"--resume {run_dir} with --distributed.* in each of the run's {processes} processes)")
+
+
+def final_return(run_dir: str) -> str:
+    """The last logged `episode_return` of the run, all its sessions included (a resumed
+    run's rows continue those before it; a finished run resumed again logs none), or `-`."""
+    from podracer.logging import read_jsonl
+
+    path = os.path.join(run_dir, "metrics.jsonl")
+    rows = read_jsonl(path) if os.path.exists(path) else []
+    last = next((row["episode_return"] for row in reversed(rows) if row.get("episode_return") is not None), None)
+    text = "-" if last is None else f"{last:.1f}"
+    return "0.0" if text == "-0.0" else text
+
+
+def resume_distributed(preset: str | None, overrides: list[str]):
+    """The `distributed` section of a resumed session: only `--distributed.*` overrides
+    may come with `--resume` (which process this is, where the coordinator is); the rest
+    of the config is the run's saved one."""
+    from experiments.overrides import apply_overrides, split_overrides
+    from podracer.config import Config
+
+    names = [name for name, _ in split_overrides(overrides)]
+    if preset is not None or any(not name.startswith("distributed.") for name in names):
+        extra = ([preset] if preset is not None else []) + overrides
+        fail(f"--resume continues a run with its saved config (only --distributed.* may be given); "
+              f"unexpected arguments: {' '.join(extra)}")
+    return apply_overrides(Config(agent=None, arch=None), overrides).distributed
+
+
+def cmd_launch_local(preset: str | None, resume_dir: str | None, overrides: list[str], num_processes: int,
+                     cpu_devices: int | None) -> None:
+    from experiments.launch import launch_local
+
+    if num_processes < 1:
+        fail(f"-n must be >= 1, got {num_processes}")
+    if cpu_devices is not None and cpu_devices < 1:
+        fail(f"--cpu-devices must be >= 1, got {cpu_devices}")
+    if (preset is None) == (resume_dir is None):
+        fail("give a preset to train, or --resume RUN_DIR (not both)")
+    if resume_dir is not None:
+        resume_distributed(None, overrides)  # fail here, once, rather than in every process
+        train_args = ["--resume", resume_dir, *overrides]
+    else:
+        resolve_config(preset, overrides)
+        train_args = [preset, *overrides]
+    raise SystemExit(launch_local(train_args, num_processes, cpu_devices))
