@@ -64,7 +64,7 @@ def iteration_keys(key: PRNGKey) -> IterationKeys:
 class CallMetrics(NamedTuple):
     """What one host call reports, each `[S]`: agent metrics summed over its updates and
     episode statistics summed over every device. For an agent that reports
-    `gradient_steps`, `agent_by_step` holds each metric times its update's
+    `gradient_steps`, `agent_by_step` holds each of its step metrics times its update's
     `gradient_steps`, summed (`podracer.runner.agent_means`); empty otherwise."""
 
     agent: dict[str, jax.Array]
@@ -107,17 +107,18 @@ def init_state(
 
 
 def make_train_call(
-    env: JaxEnv, env_params: Any, agent: Agent, mesh: Mesh, rollout_length: int
+    env: JaxEnv, env_params: Any, agent: Agent, mesh: Mesh, rollout_length: int, step_metrics: tuple[str, ...] = ()
 ) -> Callable[[RunnerState, jax.Array], tuple[RunnerState, CallMetrics]]:
-    """`(state, num_updates) -> (state, metrics)`, jitted, state donated."""
+    """`(state, num_updates) -> (state, metrics)`, jitted, state donated. `step_metrics`
+    (`Algorithm.step_metrics`) are also summed weighted by each update's gradient steps."""
 
     update = checked_update(agent.update, AXIS)
 
     def one_seed(agent_state: AgentState, envs: EnvCarry, key: PRNGKey, num_updates: jax.Array):
         metric_shapes = jax.eval_shape(update, agent_state, _trajectory_shape(agent_state, envs, key), key)[1]
-        weighted = GRADIENT_STEPS in metric_shapes
         zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), metric_shapes)
-        metric_sums = (zeros, zeros if weighted else {})
+        weighted = [name for name in step_metrics if name in zeros] if GRADIENT_STEPS in zeros else []
+        metric_sums = (zeros, {name: zeros[name] for name in weighted})
         stats = parallel.to_varying(EpisodeStats.zeros(), AXIS)
 
         def body(_, carry):
@@ -130,7 +131,7 @@ def make_train_call(
             sums = jax.tree.map(jnp.add, sums, metrics)
             if weighted:
                 steps = metrics[GRADIENT_STEPS]
-                by_step = jax.tree.map(lambda total, m: total + m * steps.astype(m.dtype), by_step, metrics)
+                by_step = {name: total + metrics[name] * steps.astype(total.dtype) for name, total in by_step.items()}
             return agent_state, envs, key, stats + episode_stats, (sums, by_step)
 
         agent_state, envs, key, stats, (sums, by_step) = jax.lax.fori_loop(

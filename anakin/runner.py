@@ -167,12 +167,12 @@ def train(
     state, progress = hooks.start(initial_state(config, s), config.checkpoint.init_from, seed_axis=True)
     if progress.updates >= s.sizes.num_updates:  # a finished run resumed: nothing to compile or run
         return TrainResult([], state, s.agent, env_steps=progress.env_steps)
-    train_call = make_train_call(s.env, s.env_params, s.agent, s.mesh, config.arch.rollout_length)
+    step_metrics = algorithm_for(config.agent).step_metrics
+    train_call = make_train_call(s.env, s.env_params, s.agent, s.mesh, config.arch.rollout_length, step_metrics)
     # Compiled here, so that no wait on the other processes (a dispatch) includes compiling.
     train_call = train_call.lower(state, jnp.int32(config.arch.updates_per_call)).compile()
     total, every = s.sizes.num_updates, config.checkpoint.every_updates
     rows: list[dict[str, Any]] = []
-    step_metrics = algorithm_for(config.agent).step_metrics
     clock = Clock(progress.wall_s)
     dispatched = progress.updates
     pending: _Call | None = None
