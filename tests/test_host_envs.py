@@ -8,6 +8,7 @@ import pytest
 from podracer.config import ConfigError, EnvConfig
 from podracer.envs import UnknownEnvError
 from podracer.envs.host import EpisodeCounters, HostStep, host_backend, host_env_specs, make_host_env
+from podracer.types import ObsSpec
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -179,6 +180,35 @@ def test_gymnasium_fallback_for_ids_envpool_lacks():
     finally:
         env.close()
     assert any(step.timestep.truncated.any() for _, step in steps)  # Taxi's limit is 200 steps
+
+
+@pytest.mark.parametrize("backend", ["envpool", "gymnasium"])
+def test_state_index_observations_are_one_hot(backend):
+    """FrozenLake's `Discrete(16)` observation is a state index: agents see it one-hot,
+    float32 [16], the final observation of an ended episode too."""
+    env = make_host_env(EnvConfig("FrozenLake-v1", backend=backend), 4, seed=0)
+    try:
+        assert env.observation_spec == ObsSpec((16,), np.dtype(np.float32))
+        first = env.reset()
+        assert first.shape == (4, 16) and first.dtype == np.float32
+        np.testing.assert_array_equal(first.argmax(-1), 0)  # every episode starts in the corner
+        rng = np.random.default_rng(0)
+        ended = 0
+        for _ in range(200):
+            env.send(rng.integers(0, 4, 4))
+            ts = env.recv().timestep
+            for obs in (ts.obs, ts.final_obs):
+                assert obs.shape == (4, 16) and obs.dtype == np.float32
+                np.testing.assert_array_equal(obs.sum(-1), 1.0)
+                assert set(np.unique(obs)) <= {0.0, 1.0}
+            done = ts.terminated | ts.truncated
+            np.testing.assert_array_equal(ts.obs[done].argmax(-1), 0)  # the next episode's start
+            # FrozenLake ends in a hole or the goal: never the start square.
+            assert (ts.final_obs[ts.terminated].argmax(-1) != 0).all()
+            ended += int(done.sum())
+    finally:
+        env.close()
+    assert ended > 0
 
 
 def test_unknown_id_lists_close_matches():

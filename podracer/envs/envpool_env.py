@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from podracer.config import EnvConfig
-from podracer.envs.host import EpisodeCounters, HostStep, env_action, specs_of_spaces
+from podracer.envs.host import EpisodeCounters, HostStep, env_action, one_hot, one_hot_size, specs_of_spaces
 from podracer.types import ActionSpec, BoxSpec, ObsSpec, TimeStep
 
 
@@ -117,6 +117,7 @@ class EnvPoolEnv:
         self._action_dtype = np.dtype(spec.action_space.dtype)
         self._counters = EpisodeCounters(num_envs, time_limit(env_config))
         self._obs_dtype = self.observation_spec.dtype
+        self._one_hot_space = spec.observation_space if one_hot_size(spec.observation_space) is not None else None
 
     def reset(self) -> np.ndarray:
         self._counters = EpisodeCounters(self.num_envs, self._counters.max_steps)
@@ -179,9 +180,12 @@ class EnvPoolEnv:
         return np.zeros(n, np.int32)
 
     def _observation(self, obs: np.ndarray, env_id: np.ndarray) -> np.ndarray:
-        """Sort by env id; Atari frames `[B, stack, H, W] -> [B, H, W, stack]`."""
+        """Sort by env id; Atari frames `[B, stack, H, W] -> [B, H, W, stack]`; state
+        indices (`Discrete` observations) one-hot."""
         if not np.array_equal(env_id, np.sort(env_id)):
             obs = obs[np.argsort(env_id)]
+        if self._one_hot_space is not None:
+            return one_hot(obs, self._one_hot_space)
         if self._atari:
             obs = np.ascontiguousarray(obs.transpose(0, 2, 3, 1))
         return obs.astype(self._obs_dtype, copy=False)

@@ -14,7 +14,7 @@ import functools
 import numpy as np
 
 from podracer.config import EnvConfig
-from podracer.envs.host import EpisodeCounters, HostStep, env_action, specs_of_spaces
+from podracer.envs.host import EpisodeCounters, HostStep, env_action, one_hot, one_hot_size, specs_of_spaces
 from podracer.types import ActionSpec, DiscreteSpec, ObsSpec, TimeStep
 
 
@@ -58,6 +58,8 @@ class GymnasiumEnv:
         self.observation_spec, self.action_spec = _specs_of(
             self._envs.single_observation_space, self._envs.single_action_space, env_config.id
         )
+        obs_space = self._envs.single_observation_space
+        self._one_hot_space = obs_space if one_hot_size(obs_space) is not None else None
         space_dtype = getattr(self._envs.single_action_space, "dtype", None)
         self._action_dtype = np.dtype(np.float32 if space_dtype is None else space_dtype)
         # Agents act in 0 .. n - 1; a `Discrete(n, start=s)` space takes s .. s + n - 1.
@@ -97,7 +99,7 @@ class GymnasiumEnv:
         if ended is not None and ended.any():
             final_obs = obs.copy()
             for i in np.flatnonzero(ended):
-                final_obs[i] = info["final_obs"][i]
+                final_obs[i] = self._cast(np.asarray(info["final_obs"][i]))
         timestep = TimeStep(obs, reward, terminated, truncated, final_obs, episode_return, episode_length)
         return HostStep(timestep, episode_end)
 
@@ -105,4 +107,6 @@ class GymnasiumEnv:
         self._envs.close()
 
     def _cast(self, obs: np.ndarray) -> np.ndarray:
+        if self._one_hot_space is not None:
+            return one_hot(obs, self._one_hot_space)
         return np.asarray(obs).astype(self.observation_spec.dtype, copy=False)

@@ -78,19 +78,38 @@ def env_metrics(env: Any) -> dict[str, float]:
 
 def specs_of_spaces(obs_space, action_space, env_id: str) -> tuple[ObsSpec, ActionSpec]:
     """Specs of Gymnasium spaces: `Discrete` -> `DiscreteSpec`, `Box` -> `BoxSpec` (float32
-    bounds); float observations are float32 (the JAX default), others keep their dtype.
-    Observations must be one array (`Box`, `Discrete`, `MultiBinary`, `MultiDiscrete`): a
-    `Dict` or `Tuple` space raises ValueError naming it."""
+    bounds); float observations are float32 (the JAX default), others keep their dtype,
+    except a `Discrete(n)` observation (FrozenLake's, Taxi's state), which agents see one-hot,
+    float32 `[n]` (`one_hot_size`). Observations must be one array (`Box`, `Discrete`,
+    `MultiBinary`, `MultiDiscrete`): a `Dict` or `Tuple` space raises ValueError naming it."""
     if obs_space.shape is None or obs_space.dtype is None:
         raise ValueError(f"{env_id} has observation space {type(obs_space).__name__}; podracer host environments "
                          "need one array per observation (Box, Discrete, MultiBinary or MultiDiscrete)")
     dtype = np.dtype(obs_space.dtype)
-    obs_spec = ObsSpec(tuple(obs_space.shape), np.dtype(np.float32) if dtype.kind == "f" else dtype)
+    size = one_hot_size(obs_space)
+    if size is not None:
+        obs_spec = ObsSpec((size,), np.dtype(np.float32))
+    else:
+        obs_spec = ObsSpec(tuple(obs_space.shape), np.dtype(np.float32) if dtype.kind == "f" else dtype)
     if hasattr(action_space, "n"):
         return obs_spec, DiscreteSpec(int(action_space.n))
     if hasattr(action_space, "low") and hasattr(action_space, "high") and len(action_space.shape) >= 1:
         return obs_spec, box_spec(action_space.shape, action_space.low, action_space.high)
     raise ValueError(f"{env_id} has action space {action_space}; podracer agents need Discrete or Box actions")
+
+
+def one_hot_size(obs_space: Any) -> int | None:
+    """n for a `Discrete(n)` observation space (a state index: a network given the index
+    as a number would read an order and a scale into it that are not there), else None."""
+    if tuple(getattr(obs_space, "shape", None) or ()) == () and hasattr(obs_space, "n"):
+        return int(obs_space.n)
+    return None
+
+
+def one_hot(obs: np.ndarray, obs_space: Any) -> np.ndarray:
+    """`float32 [..., n]`: the one-hot of `Discrete(n, start=s)` observations `[...]`."""
+    index = np.asarray(obs, np.int64) - int(getattr(obs_space, "start", 0))
+    return np.eye(int(obs_space.n), dtype=np.float32)[index]
 
 
 def env_action(action: np.ndarray, spec: ActionSpec, dtype: np.dtype | type = np.float32) -> np.ndarray:
