@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import struct
 
 from podracer.envs import GYMNAX_IDS, Catch, GymnaxEnv, JaxEnv, UnknownEnvError, make_jax_env
 from podracer.types import BoxSpec, DiscreteSpec, ObsSpec
@@ -310,3 +311,42 @@ def test_user_env_with_a_key_in_its_state_passes_the_spec_check():
 
     with pytest.raises(ConfigError, match=r"step_env returns a state .*uint32\[2\].* unlike reset_env's .*key<fry>"):
         check_env_outputs(_DropsKey(), "Walk-v0")
+
+
+@struct.dataclass
+class _TrackParams:
+    length: int = struct.field(pytree_node=False, default=4)
+
+
+class _Track(_Walk):
+    """A walk whose observation length is a parameter, but whose spec forgets it: right
+    with the default parameters only."""
+
+    def __init__(self) -> None:
+        self._params = _TrackParams()
+
+    @property
+    def default_params(self) -> _TrackParams:
+        return self._params
+
+    def replace_params(self, params: _TrackParams) -> None:
+        self._params = params
+
+    def observe(self, state: jax.Array) -> jax.Array:
+        return jax.nn.one_hot(state, self._params.length, dtype=jnp.float32)
+
+
+def test_user_env_spec_check_uses_the_runs_parameters(monkeypatch):
+    """`--env.params` are applied before the spec check: an environment right with its
+    default parameters but wrong with the run's is refused at setup (it used to pass the
+    check and fail inside the network)."""
+    import podracer.envs
+    from podracer.config import ConfigError, EnvConfig
+    from podracer.envs import make_configured_jax_env
+
+    monkeypatch.setitem(podracer.envs._USER, "Track-v0", _Track)
+    make_configured_jax_env(EnvConfig("Track-v0"))
+    make_configured_jax_env(EnvConfig("Track-v0", params=("length=4",)))
+    with pytest.raises(ConfigError, match=r"reset_env returns observations float32\[6\], but observation_spec "
+                                          r"declares float32\[4\]"):
+        make_configured_jax_env(EnvConfig("Track-v0", params=("length=6",)))

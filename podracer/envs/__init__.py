@@ -163,12 +163,12 @@ def make_configured_jax_env(env_config: EnvConfig) -> JaxEnv:
     `env_config.max_episode_steps` where that is set (`TimeLimitJaxEnv`)."""
     env = make_jax_env(env_config.id)
     check_time_limit(env, env_config)
-    if env_config.id in _USER:  # built-ins are checked by the tests; a user's is checked here
-        check_env_outputs(env, env_config.id)
     if env_config.params:
         from podracer.envs.params import with_params
 
         env = with_params(env, env_config.params, env_config.id)
+    if env_config.id in _USER:  # built-ins are checked by the tests; a user's is checked here
+        check_env_outputs(env, env_config.id)  # with the run's parameters (shapes may follow them)
     if env_config.max_episode_steps is not None:
         from podracer.envs.base import TimeLimitJaxEnv
 
