@@ -117,6 +117,9 @@ def setup(config: Config) -> Setup:
     with an action space it does not support, a batch it cannot split), before any compile."""
     if not isinstance(config.arch, AnakinConfig):
         raise ConfigError(f"arch must be an AnakinConfig for the Anakin runner, got {type(config.arch).__name__}")
+    if config.env.backend not in ("auto", "jax"):
+        raise ConfigError(f"env.backend {config.env.backend!r} chooses Sebulba's host environments; an Anakin run "
+                          "steps JAX environments (backend 'auto' or 'jax')")
     try:
         env = make_configured_jax_env(config.env)
     except UnknownEnvError as error:

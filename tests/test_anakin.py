@@ -74,6 +74,10 @@ def test_sizes_are_validated_before_compiling():
         anakin.runner.setup(dataclasses.replace(config, total_env_steps=100))
     with pytest.raises(ConfigError, match="env.id.*CartPole-v1"):
         anakin.runner.setup(dataclasses.replace(config, env=EnvConfig("CartPole-v2")))
+    for backend in ("envpool", "gymnasium"):  # a host backend would otherwise be ignored
+        with pytest.raises(ConfigError, match=f"env.backend '{backend}' chooses Sebulba's host environments"):
+            anakin.runner.setup(dataclasses.replace(config, env=EnvConfig("CartPole-v1", backend=backend)))
+    anakin.runner.setup(dataclasses.replace(config, env=EnvConfig("CartPole-v1", backend="jax")))
 
 
 def test_rollout_step_keys_are_the_per_step_splits():
