@@ -29,7 +29,7 @@ from experiments.cli_commands import (
     cmd_plot,
     cmd_prefix,
 )
-from experiments.cli_parser import build_parser, fail, preset_and_overrides
+from experiments.cli_parser import USAGE_ERROR, build_parser, fail, preset_and_overrides
 from experiments.cli_process import (
     import_user_modules,
     joined_other_processes,
@@ -52,6 +52,9 @@ RUN_FAILED = 1
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     tokens = list(sys.argv[1:] if argv is None else argv)
+    if not tokens:  # what the command can do, rather than "a command is required"
+        parser.print_help(sys.stderr)
+        raise SystemExit(USAGE_ERROR)
     args, rest = parser.parse_known_args(tokens)
     if args.command in ("train", "launch-local"):
         own = ("--resume", "--cpu-devices") + (("-n", "--num-processes") if args.command == "launch-local" else ())

@@ -25,8 +25,15 @@ class _Parser(argparse.ArgumentParser):
         fail(message)
 
 
+def _version() -> str:
+    import podracer
+
+    return podracer.__version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="podracer", description="Podracer: scalable RL in JAX (Anakin and Sebulba).")
+    parser.add_argument("--version", action="version", version=f"podracer {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     commands.add_parser("list", help="presets, environments, algorithms")
 

@@ -20,6 +20,8 @@ import importlib
 import importlib.util
 from typing import Any
 
+__version__ = "0.1.0"
+
 _API = {
     "presets": ("experiments.presets", None),
     "train": ("experiments.train", "train"),

@@ -113,6 +113,19 @@ def test_list_shows_presets(capsys):
     assert "ppo-cartpole-anakin" in out and "CartPole-v1" in out and "ppo" in out
 
 
+def test_python_m_podracer_is_the_command_and_tells_its_version():
+    """`python -m podracer` runs the `podracer` command; `--version` prints the package's
+    version; no command at all shows the commands (exit 2), not only "a command is required"."""
+    import podracer
+
+    version = subprocess.run([sys.executable, "-m", "podracer", "--version"], capture_output=True, text=True,
+                             env=subprocess_env(), timeout=60)
+    assert version.returncode == 0 and version.stdout.strip() == f"podracer {podracer.__version__}"
+    bare = subprocess.run([sys.executable, "-m", "podracer"], capture_output=True, text=True, env=subprocess_env(),
+                          timeout=60)
+    assert bare.returncode == 2 and "train" in bare.stderr and "evaluate" in bare.stderr
+
+
 @pytest.mark.slow
 @pytest.mark.xdist_group("tiny-run")
 @pytest.mark.timeout(180)
