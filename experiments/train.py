@@ -179,19 +179,61 @@ def resume(
         prepared = check_setup(runner, config, waits)
         startup.check_shared_storage(run_dir, lambda: None, dist.timeout_s)
         with waits.waiting("reading the latest checkpoint"):
-            progress, error = startup.attempt(lambda: latest_progress(run_dir))
+            progress, error = startup.attempt(lambda: latest_progress(run_dir, config))
         values = startup.gather("checkpoint", {"updates": getattr(progress, "updates", None), "error": error},
                                 dist.timeout_s)
         startup.check_same_checkpoint(values, run_dir)
         return _run(runner, config, prepared, console, on_metrics, should_stop, progress, waits)
 
 
-def latest_progress(run_dir: str) -> Progress:
-    """The host counters of the latest complete checkpoint in `run_dir`."""
+def latest_progress(run_dir: str, config: Config | None = None) -> Progress:
+    """The host counters of the latest complete checkpoint in `run_dir`; with `config`, a
+    ConfigError if that is not the config the checkpoint was written with (`check_same_run`)."""
     with Checkpointer(checkpoint_dir(run_dir), read_only=True) as checkpoints:
         if checkpoints.latest_step() is None:
             raise NoCheckpointError(f"no checkpoint to resume from in {os.path.join(run_dir, 'checkpoints')}")
-        return checkpoints.progress()
+        progress = checkpoints.progress()
+        if config is not None:
+            check_same_run(config, checkpoints.saved_config(), progress.updates)
+        return progress
+
+
+# Sections a resumed session may change: where the run is, how this session's processes meet,
+# what it logs and how it checkpoints; none changes the numbers a run computes.
+SESSION_SECTIONS = ("run_dir", "distributed", "log", "checkpoint")
+
+
+def check_same_run(config: Config, saved: dict[str, Any] | None, updates: int) -> None:
+    """ConfigError naming the first field (outside `SESSION_SECTIONS`) where `config` differs
+    from `saved`, the config its checkpoint was written with: an edited config.json (another
+    seed, learning rate or budget) would continue the run as neither the old run nor a new
+    one. A checkpoint saved without a config is not checked."""
+    if saved is None:
+        return
+    current = json.loads(json.dumps(config_lib.to_dict(config)))
+    for name in sorted(saved):
+        if name in SESSION_SECTIONS:
+            continue
+        path = _first_difference(saved.get(name), current.get(name), name)
+        if path is not None:
+            field, was, now = path
+            raise ConfigError(
+                f"config.json differs from the config the checkpoint of update {updates} was written with: {field} is "
+                f"{now!r} but was {was!r}; a resume continues the run with its own config (put {field} back, or start "
+                f"a new run from this one with --checkpoint.init-from)"
+            )
+
+
+def _first_difference(was: Any, now: Any, path: str) -> tuple[str, Any, Any] | None:
+    """`(dotted field, saved value, current value)` of the first difference, or None. A
+    field the saved config lacks (one added by a later podracer, at its default) is none."""
+    if isinstance(was, dict) and isinstance(now, dict):
+        for key in sorted(was):
+            found = _first_difference(was.get(key), now.get(key), f"{path}.{key}" if key != "_type" else path)
+            if found is not None:
+                return found
+        return None
+    return None if was == now else (path, was, now)
 
 
 def check_setup(runner: Any, config: Config, waits: Waits, new_run: bool = False) -> Any:
@@ -299,7 +341,8 @@ def _run(
     with waits.waiting("every process to connect its devices"):
         connect_all_devices(config.distributed.timeout_s)  # orbax's barriers span every device
     with waits.waiting("opening the checkpoint directory"):
-        checkpoints = Checkpointer(checkpoint_dir(run_dir), keep=config.checkpoint.keep)
+        checkpoints = Checkpointer(checkpoint_dir(run_dir), keep=config.checkpoint.keep,
+                                   run_config=config_lib.to_dict(config))
     try:
         result = runner.train(config, on_metrics=write, checkpointer=WatchedCheckpoints(checkpoints, waits),
                               should_stop=should_stop, resume=progress is not None, waits=waits, prepared=prepared)

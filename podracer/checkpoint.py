@@ -10,7 +10,9 @@ half-written checkpoint as the latest: the previous one stays the latest.
 Typed PRNG keys are stored as their raw key data and rewrapped on restore. Restoring places
 every array with the sharding of a *target* state built for the current config and mesh
 (sharded environments, replicated agent); a checkpoint whose arrays do not match the
-target's shapes raises `CheckpointMismatchError`, naming the first leaf that differs.
+target's shapes raises `CheckpointMismatchError`, naming the first leaf that differs; one
+damaged after it was written (a truncated or missing file) raises `CheckpointReadError`,
+naming its step and the checkpoint a resume would fall back to once it is moved aside.
 """
 
 from __future__ import annotations
@@ -32,6 +34,11 @@ class CheckpointMismatchError(ConfigError):
 
 class NoCheckpointError(ConfigError):
     """A run directory without any complete checkpoint."""
+
+
+class CheckpointReadError(ConfigError):
+    """A checkpoint that orbax committed but that can no longer be read (a file truncated,
+    emptied or removed after the write: a full disk, a copy cut short)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,13 +78,18 @@ class Checkpointer:
 
     The orbax step number is `progress.updates`. Saves are synchronous: when `save`
     returns, the checkpoint is complete on disk. `read_only` opens an existing directory
-    to restore from (NoCheckpointError if there is none).
+    to restore from (NoCheckpointError if there is none). `run_config` (a JSON-ready dict,
+    `podracer.config.to_dict` of the run's config) is saved beside every checkpoint's
+    counters, so that a resume can tell whether the config it continues with is the one
+    the checkpoint was written with (`saved_config`).
     """
 
-    def __init__(self, directory: str, keep: int = 3, read_only: bool = False):
+    def __init__(self, directory: str, keep: int = 3, read_only: bool = False,
+                 run_config: dict[str, Any] | None = None):
         import orbax.checkpoint as ocp
 
         self._ocp = ocp
+        self._run_config = run_config
         self.directory = os.path.abspath(directory)
         if read_only and not os.path.isdir(self.directory):
             raise NoCheckpointError(f"no checkpoint in {self.directory}")
@@ -99,6 +111,8 @@ class Checkpointer:
             return
         stored = to_storable(state)
         host = {"progress": progress.to_json(), "leaves": leaf_signatures(stored)}
+        if self._run_config is not None:
+            host["config"] = self._run_config
         args = self._ocp.args
         self._manager.save(
             progress.updates,
@@ -115,6 +129,11 @@ class Checkpointer:
         """The host counters of a checkpoint (the latest by default), without its arrays."""
         return Progress.from_json(self._host(step)["progress"])
 
+    def saved_config(self, step: int | None = None) -> dict[str, Any] | None:
+        """The run config saved with a checkpoint (the latest by default); None for a
+        checkpoint written without one."""
+        return self._host(step).get("config")
+
     def restore(self, target: Any, step: int | None = None) -> tuple[Any, Progress]:
         """The checkpointed state, shaped and placed like `target` (same config and mesh)."""
         step = self._step(step)
@@ -125,9 +144,7 @@ class Checkpointer:
             lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), stored_target
         )
         args = self._ocp.args
-        restored = self._manager.restore(
-            step, args=args.Composite(state=args.StandardRestore(abstract))
-        )
+        restored = self._read(step, args.Composite(state=args.StandardRestore(abstract)))
         return from_storable(restored.state, target), Progress.from_json(host["progress"])
 
     def restore_agent(self, abstract_agent: Any, step: int | None = None) -> tuple[Any, Progress]:
@@ -150,7 +167,7 @@ class Checkpointer:
         for name in reversed(path):
             item, restore_args = {name: item}, {name: restore_args}
         args = self._ocp.args.PyTreeRestore(item=item, restore_args=restore_args, partial_restore=True)
-        restored = self._manager.restore(step, args=self._ocp.args.Composite(state=args)).state
+        restored = self._read(step, self._ocp.args.Composite(state=args)).state
         for name in path:
             restored = restored[name]
         return restored, Progress.from_json(host["progress"])
@@ -172,8 +189,23 @@ class Checkpointer:
 
     def _host(self, step: int | None) -> dict[str, Any]:
         step = self._step(step)
-        restored = self._manager.restore(step, args=self._ocp.args.Composite(host=self._ocp.args.JsonRestore()))
-        return restored.host
+        return self._read(step, self._ocp.args.Composite(host=self._ocp.args.JsonRestore())).host
+
+    def _read(self, step: int, args: Any) -> Any:
+        """`manager.restore(step, args)`; a checkpoint that cannot be read is a
+        `CheckpointReadError` naming the step, its directory and what to do."""
+        try:
+            return self._manager.restore(step, args=args)
+        except Exception as error:  # noqa: BLE001 - orbax and tensorstore raise many kinds
+            earlier = [s for s in self.all_steps() if s < step]
+            fallback = (f"if it is damaged, move {os.path.join(self.directory, str(step))} aside to use the "
+                        f"checkpoint of update {max(earlier)}" if earlier else "no earlier checkpoint is kept")
+            cause = (str(error).strip().splitlines() or [""])[0]
+            cause = cause if len(cause) <= 200 else cause[:200] + "..."
+            raise CheckpointReadError(
+                f"the checkpoint of update {step} in {self.directory} cannot be read ({type(error).__name__}: "
+                f"{cause}); {fallback}"
+            ) from error
 
 
 def _is_key(x: Any) -> bool:

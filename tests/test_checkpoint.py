@@ -17,7 +17,13 @@ from experiments.presets import PRESETS
 from experiments.train import config_types
 from podracer import config as config_lib
 from podracer import parallel
-from podracer.checkpoint import Checkpointer, CheckpointMismatchError, NoCheckpointError, Progress
+from podracer.checkpoint import (
+    Checkpointer,
+    CheckpointMismatchError,
+    CheckpointReadError,
+    NoCheckpointError,
+    Progress,
+)
 from tests.checkpoint_writer import state_for
 from tests.helpers import REPO, assert_trees_equal, subprocess_env
 
@@ -58,6 +64,39 @@ def test_mismatched_shapes_name_the_leaf_and_empty_dirs_say_so(tmp_path):
             checkpoints.restore(target)
     with pytest.raises(NoCheckpointError):
         Checkpointer(str(tmp_path / "missing"), read_only=True)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "emptied", "host_removed"])
+def test_a_damaged_latest_checkpoint_is_a_clear_error_naming_the_fallback(tmp_path, damage):
+    """A checkpoint damaged after orbax committed it (its array data cut short or emptied,
+    its host counters removed) is a one-line `CheckpointReadError` naming its step and the
+    earlier checkpoint to fall back to; moved aside, the earlier one restores."""
+    mesh = parallel.make_mesh(jax.devices()[:4], "device")
+    with Checkpointer(str(tmp_path)) as checkpoints:
+        for step in (1, 2):
+            checkpoints.save(sharded_state(mesh, step), Progress(updates=step))
+    latest = tmp_path / "2"
+    if damage == "host_removed":
+        os.remove(latest / "host" / "metadata")
+    else:
+        for data in (latest / "state" / "d").iterdir():  # the committed array data
+            with open(data, "r+b") as f:
+                f.truncate(data.stat().st_size // 2 if damage == "truncated" else 0)
+    expected = (rf"^the checkpoint of update 2 in {tmp_path} cannot be read \(\w+: .*\); if it is damaged, "
+                rf"move {latest} aside to use the checkpoint of update 1$")
+    target = sharded_state(mesh, 0)
+    with Checkpointer(str(tmp_path), read_only=True) as checkpoints:
+        with pytest.raises(CheckpointReadError, match=expected) as caught:
+            checkpoints.restore(target)
+        if damage == "host_removed":  # also what `resume` reads first, and `evaluate`
+            with pytest.raises(CheckpointReadError, match=expected):
+                checkpoints.progress()
+    assert "\n" not in str(caught.value)
+    os.rename(latest, tmp_path / "damaged-2")
+    with Checkpointer(str(tmp_path), read_only=True) as checkpoints:
+        restored, progress = checkpoints.restore(target)
+    assert progress.updates == 1
+    assert_trees_equal(restored, sharded_state(mesh, 1))
 
 
 def test_config_round_trips_through_json():

@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import shutil
 
 import jax
 import jax.numpy as jnp
@@ -9,6 +10,7 @@ import pytest
 
 from experiments import train as train_lib
 from podracer.checkpoint import Checkpointer, CheckpointMismatchError, checkpoint_dir
+from podracer.config import ConfigError, to_dict
 from podracer.runner import NonFiniteError
 from tests.helpers import TINY, assert_trees_equal, comparable, read_rows
 
@@ -59,8 +61,44 @@ def test_resume_with_another_config_is_a_clear_error(tmp_path):
     saved = json.loads((tmp_path / "run" / "config.json").read_text())
     saved["agent"]["hidden_sizes"] = [32, 32]
     (tmp_path / "run" / "config.json").write_text(json.dumps(saved))
+    with pytest.raises(ConfigError, match=r"checkpoint of update 3 was written with: agent.hidden_sizes is \[32, 32\] "
+                                          r"but was \[64, 64\]"):
+        train_lib.resume(str(tmp_path / "run"))
+    # A checkpoint of an older podracer, saved without its config, is still checked array by array.
+    from anakin import runner
+
+    with Checkpointer(checkpoint_dir(str(tmp_path / "run"))) as checkpoints:
+        state, progress = checkpoints.restore(runner.initial_state(TINY, runner.setup(TINY)))
+    shutil.rmtree(checkpoint_dir(str(tmp_path / "run")))
+    with Checkpointer(checkpoint_dir(str(tmp_path / "run"))) as checkpoints:
+        checkpoints.save(state, progress)
     with pytest.raises(CheckpointMismatchError, match=r"critic_torso.*\(2, 64\) in the checkpoint but float32\(2, 32\)"):
         train_lib.resume(str(tmp_path / "run"))
+
+
+def test_resume_refuses_an_edited_config_naming_the_field():
+    """An edited config.json (another seed, learning rate or budget: the same shapes) would
+    continue the run as neither the old run nor a new one: refused, naming the field. The
+    sections of a session (run_dir, distributed, log, checkpoint) may change."""
+    saved = json.loads(json.dumps(to_dict(TINY)))
+    session = dataclasses.replace(TINY, run_dir="elsewhere", log=dataclasses.replace(TINY.log, console=True),
+                                  checkpoint=dataclasses.replace(TINY.checkpoint, keep=5, every_updates=1))
+    train_lib.check_same_run(session, saved, 3)
+    train_lib.check_same_run(dataclasses.replace(TINY, seed=7), None, 3)  # saved by an older podracer: unchecked
+    older = json.loads(json.dumps(saved))  # fields a later podracer added are at their defaults: not a difference
+    del older["agent"]["learning_rate"], older["total_env_steps"]
+    train_lib.check_same_run(TINY, older, 3)
+    edits = {
+        "seed is 7 but was 0": dataclasses.replace(TINY, seed=7),
+        "total_env_steps is 3584 but was 1792": dataclasses.replace(TINY, total_env_steps=2 * TINY.total_env_steps),
+        "agent.learning_rate is 0.5 but was 0.00025": dataclasses.replace(
+            TINY, agent=dataclasses.replace(TINY.agent, learning_rate=0.5)),
+        "arch.updates_per_call is 4 but was 3": dataclasses.replace(
+            TINY, arch=dataclasses.replace(TINY.arch, updates_per_call=4)),
+    }
+    for message, edited in edits.items():
+        with pytest.raises(ConfigError, match=rf"checkpoint of update 3 was written with: {message}; a resume"):
+            train_lib.check_same_run(edited, saved, 3)
 
 
 def nan_after(update, agent_update):

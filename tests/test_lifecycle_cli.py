@@ -247,7 +247,7 @@ def test_resume_user_errors(trained_run, tmp_path, capsys):
     saved["arch"]["num_envs"] = 16
     (copy / "config.json").write_text(json.dumps(saved))
     os.symlink(trained_run / "checkpoints", copy / "checkpoints")
-    assert_one_line_error(*run_main(capsys, "train", "--resume", copy), "checkpoint does not match the config")
+    assert_one_line_error(*run_main(capsys, "train", "--resume", copy), "arch.num_envs is 16 but was 8")
 
 
 def test_wandb_without_wandb_installed_is_a_user_error(capsys, monkeypatch, tmp_path):
