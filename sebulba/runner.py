@@ -174,9 +174,10 @@ def run(
     every = config.checkpoint.every_updates
 
     def checkpoint(learner: Learner, update: int, final: bool) -> None:
-        if final:  # a stop between two log points: its updates get a row of their own
-            reporter.flush()
-        if hooks.checkpointer is None or not (final or (every > 0 and update % every == 0)):
+        saving = hooks.checkpointer is not None and (final or (every > 0 and update % every == 0))
+        if final or saving:  # updates since the last row get one before a checkpoint covers them:
+            reporter.flush()  # a resume from it starts logging after them
+        if not saving:
             return
         hooks.save(LearnerState(learner.state, learner.key), Progress(
             update, update * s.layout.steps_per_update, reporter.clock.wall_s(), progress.rows + reporter.rows))

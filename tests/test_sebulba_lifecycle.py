@@ -114,6 +114,19 @@ def test_atari_video_draws_the_newest_grayscale_frame(frame_stack):
     assert (frames[..., 0] == frames[..., 1]).all() and (frames[..., 1] == frames[..., 2]).all()
 
 
+def test_every_checkpoint_covers_only_logged_updates(tmp_path):
+    """A checkpoint between two log points (every 4 updates, rows every 3) first logs the
+    updates since the last row: a resume from it (after a crash) starts logging after them,
+    so none of them is missing from metrics.jsonl."""
+    config = dataclasses.replace(TINY, run_dir=str(tmp_path / "run"),
+                                 arch=dataclasses.replace(TINY.arch, updates_per_log=3))
+    train_lib.train(config)
+    steps = [row["env_steps"] for row in read_rows(tmp_path / "run")]
+    assert steps == [u * 64 for u in (3, 4, 6, 8, 9, 12)]
+    with Checkpointer(checkpoint_dir(config.run_dir), read_only=True) as checkpoints:
+        assert [checkpoints.progress(step).rows for step in checkpoints.all_steps()] == [4, 6]  # updates 8, 12
+
+
 def test_a_stop_between_log_points_flushes_its_updates_into_a_row():
     """Sebulba logs every `updates_per_log` updates; a run that stops in between (a stop
     request, SIGTERM) flushes the updates since the last row before it checkpoints, so
