@@ -21,6 +21,12 @@ def fail(message: str) -> NoReturn:
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs) -> None:
+        # No abbreviations: an override such as `--seed 1` must never be taken for a
+        # command's own option it abbreviates (`bench --seeds`).
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> NoReturn:  # one line, no usage dump
         fail(message)
 

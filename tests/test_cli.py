@@ -113,6 +113,17 @@ def test_list_shows_presets(capsys):
     assert "ppo-cartpole-anakin" in out and "CartPole-v1" in out and "ppo" in out
 
 
+def test_an_override_is_never_taken_for_an_option_it_abbreviates():
+    """`podracer bench prefix ... --seed 1` sets the config's seed: it used to be parsed as
+    `bench --seeds 1` (argparse's abbreviations), and the agent trained with seed 0."""
+    from experiments.cli_parser import build_parser
+
+    args, rest = build_parser().parse_known_args(["bench", "prefix", "--bits", "16", "--seed", "1", "--out", "d"])
+    assert args.seeds == 4 and rest == ["--seed", "1"]
+    args, rest = build_parser().parse_known_args(["evaluate", "run", "--episode", "3"])
+    assert args.episodes == 100 and rest == ["--episode", "3"]  # then refused as an unexpected argument
+
+
 def test_python_m_podracer_is_the_command_and_tells_its_version():
     """`python -m podracer` runs the `podracer` command; `--version` prints the package's
     version; no command at all shows the commands (exit 2), not only "a command is required"."""
