@@ -33,8 +33,9 @@ class EnvConfig:
     Every field but `id`, `max_episode_steps`, `observe` and `params` concerns host
     environments only (`podracer.envs.make_host_env`; an Anakin run refuses a host
     `backend`); the Atari fields apply to EnvPool's Atari games and are ignored elsewhere.
-    `max_episode_steps` and `observe` apply to every environment (`podracer.envs.base.TimeLimitJaxEnv`, `podracer.envs.observe`), `params` to
-    JAX environments, also on the host (`podracer.envs.params`).
+    `max_episode_steps` and `observe` apply to every environment
+    (`podracer.envs.base.TimeLimitJaxEnv`, `podracer.envs.observe`), `params` to JAX
+    environments, also on the host (`podracer.envs.params`).
     """
 
     id: str = "CartPole-v1"  # environment id: a JAX env (Anakin) or an EnvPool/Gymnasium/JAX id (Sebulba)
