@@ -62,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
                           help="sample actions instead of the greedy ones (argmax; a Gaussian's mean)")
     evaluate.add_argument("--json", action="store_true", help="print one JSON object")
     evaluate.add_argument("--video", metavar="FILE", help="write one episode as FILE (.gif or .mp4)")
+    evaluate.add_argument("--max-steps", type=int, default=100_000, metavar="N",
+                          help="an episode still running after N steps ends there, its return so far counted "
+                               "(default 100000)")
 
     plot = commands.add_parser("plot", help="learning curves of runs")
     plot.add_argument("run_dirs", metavar="RUN_DIR", nargs="+")

@@ -9,6 +9,12 @@ evaluated on its JAX environment (one vmapped environment per episode, in one ji
 episode; with Atari's episodic life an episode is a whole game). `--video FILE` draws one
 episode (GIF, or MP4 when imageio-ffmpeg is installed): a JAX environment's
 `render(state)`, or a host environment's image observations (Atari frames).
+
+A host environment may have no time limit (Gymnasium's CliffWalking-v1 and Blackjack-v1,
+EnvPool's CliffWalking-v0), and a JAX one may be given a very long one
+(`env.max_episode_steps`), where a greedy policy that walks into a wall would not end its
+episode: an episode still running after `max_steps` steps ends there, its return so far
+counted and the result's `unfinished` counting such episodes.
 """
 
 from __future__ import annotations
@@ -39,6 +45,8 @@ from podracer.types import (
     split_mask,
 )
 
+DEFAULT_MAX_STEPS = 100_000  # the steps an evaluation episode may last (Atari's own limit: 27,000)
+
 
 class Policy(NamedTuple):
     """The policy under evaluation, with the memory of a recurrent agent:
@@ -66,11 +74,14 @@ def is_host_run(config: Config) -> bool:
 
 def evaluate(
     run_dir: str, episodes: int = 100, seed: int = 0, agent_seed: int = 0, sample: bool = False,
-    video: str | None = None,
+    video: str | None = None, max_steps: int = DEFAULT_MAX_STEPS,
 ) -> dict[str, Any]:
-    """`{"mean_return", "std_return", "episodes", ...}` of the run's latest checkpoint."""
+    """`{"mean_return", "std_return", "episodes", "unfinished", ...}` of the run's latest
+    checkpoint; `max_steps` bounds every episode (see the module docstring)."""
     if episodes < 1:
         raise ConfigError(f"--episodes must be >= 1, got {episodes}")
+    if not 1 <= max_steps < 2**31:  # the JAX loop counts steps in an int32
+        raise ConfigError(f"--max-steps must be in [1, 2**31), got {max_steps}")
     if not 0 <= seed < 2**32:  # jax.random.key keeps the low 32 bits: 2**32 would repeat seed 0
         raise ConfigError(f"--seed must be in [0, 2**32), got {seed}")
     config = load_run_config(run_dir)
@@ -81,14 +92,15 @@ def evaluate(
     loaded = load_policy(run_dir, config, obs_spec, action_spec, agent_seed, sample)
     key_eval, key_video = jax.random.split(jax.random.key(seed))
     if env is None:
-        returns, frames = host_episode_returns(config, loaded.policy, loaded.params, key_eval, episodes,
-                                               record=video is not None)
+        returns, frames, unfinished = host_episode_returns(config, loaded.policy, loaded.params, key_eval, episodes,
+                                                           record=video is not None, max_steps=max_steps)
     else:
-        returns = episode_returns(env, loaded.policy, loaded.params, key_eval, episodes)
+        returns, unfinished = episode_returns(env, loaded.policy, loaded.params, key_eval, episodes, max_steps)
     result = {
         "mean_return": float(np.mean(returns)),
         "std_return": float(np.std(returns)),
         "episodes": int(returns.size),
+        "unfinished": unfinished,
         "env": config.env.id,
         "env_steps": loaded.env_steps,
         "agent_seed": agent_seed,
@@ -161,9 +173,11 @@ def load_policy(run_dir: str, config: Config, obs_spec: ObservationSpec, action_
 
 
 def host_episode_returns(config: Config, policy: Policy, params: Params, key: PRNGKey, episodes: int,
-                         record: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
-    """Returns of exactly `episodes` episodes (whole games), one per host environment, and
-    with `record` the frames `uint8 [T, H, W, 3]` of the first one (its last stacked frame)."""
+                         record: bool = False, max_steps: int = DEFAULT_MAX_STEPS,
+                         ) -> tuple[np.ndarray, np.ndarray | None, int]:
+    """Returns of exactly `episodes` episodes (whole games), one per host environment, with
+    `record` the frames `uint8 [T, H, W, 3]` of the first one (its last stacked frame), and
+    how many were still running after `max_steps` steps (each then counts its return so far)."""
     from podracer.envs.host import make_host_env
 
     seed = int(jax.random.randint(key, (), 0, 2**31 - 1))
@@ -173,9 +187,12 @@ def host_episode_returns(config: Config, policy: Policy, params: Params, key: PR
     frames: list[np.ndarray] = []
     stacked = getattr(env, "frame_stack", None) is not None  # Atari: channels are frames, not RGB
     core, start = policy.initial(episodes)
+    unfinished = 0
     try:
         obs = env.reset()
-        while np.isnan(returns).any():
+        for _ in range(max_steps):
+            if not np.isnan(returns).any():
+                break
             if record and np.isnan(returns[0]):
                 frames.append(_frame(np.asarray(jax.tree.leaves(split_mask(obs)[0])[0][0]), stacked))
             key, act_key = jax.random.split(key)
@@ -187,9 +204,13 @@ def host_episode_returns(config: Config, policy: Policy, params: Params, key: PR
             obs = step.timestep.obs
             if start is not None:
                 start = step.timestep.terminated | step.timestep.truncated
+        else:  # the cap: the episodes still running end here, with their return so far
+            running = np.isnan(returns)
+            unfinished = int(running.sum())
+            returns[running] = step.timestep.episode_return[running]
     finally:
         env.close()
-    return returns, (np.stack(frames) if record else None)
+    return returns, (np.stack(frames) if record else None), unfinished
 
 
 def _frame(obs: np.ndarray, stacked: bool = False) -> np.ndarray:
@@ -200,13 +221,17 @@ def _frame(obs: np.ndarray, stacked: bool = False) -> np.ndarray:
     return np.asarray(image, np.uint8)
 
 
-def episode_returns(env: JaxEnv, policy: Policy, params: Params, key: PRNGKey, episodes: int) -> np.ndarray:
-    """Undiscounted returns of exactly `episodes` episodes, one per vmapped environment."""
+def episode_returns(env: JaxEnv, policy: Policy, params: Params, key: PRNGKey, episodes: int,
+                    max_steps: int = DEFAULT_MAX_STEPS) -> tuple[np.ndarray, int]:
+    """Undiscounted returns of exactly `episodes` episodes, one per vmapped environment, and
+    how many were still running after `max_steps` steps (each then counts its return so far)."""
     run = jax.jit(_episode_returns, static_argnums=(0, 1, 4))
-    return np.asarray(run(env, policy, params, key, episodes))
+    returns, done = run(env, policy, params, key, episodes, jnp.int32(max_steps))
+    return np.asarray(returns), int(np.sum(~np.asarray(done)))
 
 
-def _episode_returns(env: JaxEnv, policy: Policy, params: Params, key: PRNGKey, episodes: int) -> Array:
+def _episode_returns(env: JaxEnv, policy: Policy, params: Params, key: PRNGKey, episodes: int,
+                     max_steps: Array) -> tuple[Array, Array]:
     env_params = env.default_params
     reset_key, key = jax.random.split(key)
     state, obs = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(reset_key, episodes), env_params)
@@ -215,19 +240,21 @@ def _episode_returns(env: JaxEnv, policy: Policy, params: Params, key: PRNGKey, 
     returns = jnp.zeros(episodes, jnp.float32)
 
     def not_all_done(carry):
-        return ~jnp.all(carry[2])
+        return ~jnp.all(carry[3]) & (carry[0] < max_steps)
 
     def body(carry):
-        state, obs, done, returns, key, core, start = carry
+        t, state, obs, done, returns, key, core, start = carry
         key, act_key, step_key = jax.random.split(key, 3)
         action, core = policy.act(params, obs, act_key, core, start)
         state, ts = step(jax.random.split(step_key, episodes), state, action, env_params)
-        ended = ts.done & ~done
         start = None if start is None else ts.done
-        return state, ts.obs, done | ts.done, jnp.where(ended, ts.episode_return, returns), key, core, start
+        # An episode's return so far until it ends, then the return it ended with.
+        returns = jnp.where(done, returns, ts.episode_return)
+        return t + 1, state, ts.obs, done | ts.done, returns, key, core, start
 
-    # Every episode ends by the time limit, so the loop ends.
-    return jax.lax.while_loop(not_all_done, body, (state, obs, done, returns, key, *policy.initial(episodes)))[3]
+    first = (jnp.int32(0), state, obs, done, returns, key, *policy.initial(episodes))
+    _, _, _, done, returns, *_ = jax.lax.while_loop(not_all_done, body, first)
+    return returns, done
 
 
 def record_episode(env: JaxEnv, policy: Policy, params: Params, key: PRNGKey) -> np.ndarray:

@@ -53,8 +53,9 @@ class EnvConfig:
     def __post_init__(self) -> None:
         check(bool(self.id), "env.id", "must be a non-empty environment id", self.id)
         check(self.backend in HOST_BACKENDS, "env.backend", f"must be one of {HOST_BACKENDS}", self.backend)
-        check(self.max_episode_steps is None or self.max_episode_steps >= 1, "env.max_episode_steps",
-              "must be >= 1 (or None for the environment's own limit)", self.max_episode_steps)
+        check(self.max_episode_steps is None or 1 <= self.max_episode_steps < 2**31, "env.max_episode_steps",
+              "must be in [1, 2**31) (episode step counters are int32), or None for the environment's own limit",
+              self.max_episode_steps)
         check(0.0 <= self.repeat_action_probability <= 1.0, "env.repeat_action_probability",
               "must be in [0, 1]", self.repeat_action_probability)
         check(self.noop_max >= 0, "env.noop_max", "must be >= 0", self.noop_max)

@@ -122,6 +122,17 @@ def test_gymnax_adapter_gives_gymnax_observations_and_rewards(env_id):
         assert np.asarray(ts.truncated)[99] and np.asarray(ts.truncated).sum() == 1
 
 
+@pytest.mark.parametrize("env_id", GYMNAX_IDS)
+def test_gymnax_observation_spec_matches_its_observations(env_id):
+    """Every gymnax id's observation spec is the shape and dtype its observations have (the
+    check user environments get): gymnax's own space says int32 for Catch-bsuite's float32
+    grid and float32 for FourRooms-misc's int32 positions, and a replay buffer or an actor's
+    buffer allocated from the spec then casts every observation."""
+    from podracer.envs import check_env_outputs
+
+    check_env_outputs(make_jax_env(env_id), env_id)
+
+
 def test_cartpole_terminates_when_pole_falls():
     _, ts = run(make_jax_env("CartPole-v1"), [1] * 100)
     terminated = np.asarray(ts.terminated)

@@ -171,6 +171,21 @@ def test_atari_time_limit_truncates_the_game():
         assert (ts.episode_length == (t - 1) % 40 + 1).all()
 
 
+@pytest.mark.parametrize("env_id", ["CliffWalking-v0", "Blackjack-v1"])
+def test_envpool_ids_without_a_time_limit_of_their_own(env_id):
+    """EnvPool gives ids with no time limit int32's largest; the limit podracer sets it (one
+    step beyond its own, see `envpool_options`) must stay an int32, not overflow into a
+    TypeError from EnvPool's config at setup."""
+    config = EnvConfig(env_id, backend="envpool")
+    host_env_specs(config)
+    env = make_host_env(config, 2, seed=0)
+    try:
+        steps = run_steps(env, 5)
+    finally:
+        env.close()
+    assert not any(step.timestep.truncated.any() for _, step in steps)
+
+
 def test_gymnasium_fallback_for_ids_envpool_lacks():
     config = EnvConfig("Taxi-v4")
     assert host_backend(config) == "gymnasium"
@@ -231,7 +246,7 @@ def test_unknown_id_names_the_envpool_extra_when_envpool_is_missing(monkeypatch)
 
 
 @pytest.mark.parametrize("field, value", [
-    ("max_episode_steps", 0), ("repeat_action_probability", 1.5), ("noop_max", -1),
+    ("max_episode_steps", 0), ("max_episode_steps", 2**31), ("repeat_action_probability", 1.5), ("noop_max", -1),
     ("frame_skip", 0), ("frame_stack", 0), ("backend", "dm_env"),
 ])
 def test_env_config_errors_name_the_field(field, value):
@@ -296,6 +311,25 @@ def test_gymnasium_discrete_actions_with_a_start_are_offset():
     env.reset()
     env.send(np.array([0, 1, 2], np.int32))
     np.testing.assert_array_equal(env.recv().timestep.reward, [-1.0, 0.0, 1.0])
+
+
+def test_a_gymnasium_id_whose_extra_is_missing_is_a_one_line_config_error(monkeypatch):
+    """A Gymnasium id whose dependency is not installed (Box2D for LunarLander-v3) raises
+    Gymnasium's DependencyNotInstalled, which is no ImportError: it is refused at setup like
+    any environment that cannot load, one line naming the id and the missing extra."""
+    import gymnasium
+    from gymnasium.error import DependencyNotInstalled
+
+    import sebulba.runner
+    from experiments import presets
+
+    def missing_extra(*args, **kwargs):
+        raise DependencyNotInstalled('Box2D is not installed, run `pip install "gymnasium[box2d]"`')
+
+    monkeypatch.setattr(gymnasium, "make", missing_extra)
+    config = presets.get("ppo-cartpole-sebulba", env=dict(id="LunarLander-v3", backend="gymnasium"))
+    with pytest.raises(ConfigError, match=r"env.id: LunarLander-v3 cannot be loaded here: Box2D is not installed"):
+        sebulba.runner.setup(config)
 
 
 def test_an_environment_that_cannot_load_is_a_one_line_config_error(monkeypatch):

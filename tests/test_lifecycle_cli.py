@@ -183,10 +183,29 @@ def test_evaluate_scores_the_checkpoints_policy(trained_run, tmp_path, capsys):
     assert (result["mean_return"], result["std_return"], result["episodes"]) == (1.0, 0.0, 50), result
 
 
+def test_evaluating_episodes_longer_than_max_steps_ends_them_there():
+    """A JAX environment given a time limit no evaluation reaches (MountainCar-v0 without a
+    push never gets up the hill): the episodes end after `max_steps` steps with their return
+    so far (-1 a step), counted as unfinished, instead of running for 10**9 steps."""
+    from experiments.evaluate import Policy, episode_returns
+    from podracer.envs.base import TimeLimitJaxEnv
+
+    env = TimeLimitJaxEnv(make_jax_env("MountainCar-v0"), 10**9)
+    coast = Policy(lambda p, obs, key, core, start: (jax.numpy.ones(len(obs), jax.numpy.int32), core),
+                   lambda n: (None, None))
+    returns, unfinished = episode_returns(env, coast, None, jax.random.key(0), 3, max_steps=40)
+    np.testing.assert_array_equal(returns, [-40.0] * 3)
+    assert unfinished == 3
+    returns, unfinished = episode_returns(make_jax_env("MountainCar-v0"), coast, None, jax.random.key(0), 3)
+    np.testing.assert_array_equal(returns, [-200.0] * 3)  # its own limit, well inside the default cap
+    assert unfinished == 0
+
+
 @pytest.mark.xdist_group("tiny-run")
 def test_evaluate_user_errors(trained_run, tmp_path, capsys):
     assert_one_line_error(*run_main(capsys, "evaluate", trained_run, "--agent-seed", 2), "--agent-seed must be in [0, 2)")
     assert_one_line_error(*run_main(capsys, "evaluate", trained_run, "--seed", 2**32), "--seed must be in [0, 2**32)")
+    assert_one_line_error(*run_main(capsys, "evaluate", trained_run, "--max-steps", 0), "--max-steps must be in")
     assert_one_line_error(*run_main(capsys, "evaluate", tmp_path / "nothing"), "is not a run directory")
     acrobot = tmp_path / "acrobot"
     acrobot.mkdir()

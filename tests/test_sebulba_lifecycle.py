@@ -109,7 +109,7 @@ def test_atari_video_draws_the_newest_grayscale_frame(frame_stack):
 
     config = dataclasses.replace(TINY, env=EnvConfig("Breakout-v5", frame_stack=frame_stack, max_episode_steps=30))
     policy = Policy(lambda p, obs, key, core, start: (np.ones(len(obs), np.int32), core), lambda n: (None, None))
-    _, frames = host_episode_returns(config, policy, None, jax.random.key(0), 1, record=True)
+    _, frames, _ = host_episode_returns(config, policy, None, jax.random.key(0), 1, record=True)
     assert frames.shape == (30, 84, 84, 3) and frames.dtype == np.uint8
     assert (frames[..., 0] == frames[..., 1]).all() and (frames[..., 1] == frames[..., 2]).all()
 
@@ -125,6 +125,20 @@ def test_every_checkpoint_covers_only_logged_updates(tmp_path):
     assert steps == [u * 64 for u in (3, 4, 6, 8, 9, 12)]
     with Checkpointer(checkpoint_dir(config.run_dir), read_only=True) as checkpoints:
         assert [checkpoints.progress(step).rows for step in checkpoints.all_steps()] == [4, 6]  # updates 8, 12
+
+
+def test_evaluating_an_episode_that_never_ends_stops_at_max_steps():
+    """A host environment without a time limit (Gymnasium's CliffWalking-v1) and a policy that
+    never reaches its goal (always "up", into the wall): evaluation ends after `max_steps`
+    steps, counting each episode's return so far and how many were unfinished, instead of
+    looping forever."""
+    from experiments.evaluate import Policy, host_episode_returns
+
+    config = dataclasses.replace(TINY, env=EnvConfig("CliffWalking-v1", backend="gymnasium"))
+    policy = Policy(lambda p, obs, key, core, start: (np.zeros(len(obs), np.int32), core), lambda n: (None, None))
+    returns, _, unfinished = host_episode_returns(config, policy, None, jax.random.key(0), 3, max_steps=40)
+    np.testing.assert_array_equal(returns, [-40.0] * 3)
+    assert unfinished == 3
 
 
 def test_a_stop_between_log_points_flushes_its_updates_into_a_row():

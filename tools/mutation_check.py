@@ -150,9 +150,10 @@ MUTATIONS: tuple[Mutation, ...] = (
         "            x = _ResidualBlock(features)(x)\n"),),
       ("tests/test_networks.py::test_torso_shapes_and_parameter_count",)),
     M("evaluate-ignores-the-checkpoint", "evaluate plays an all-zero network instead of the checkpoint's",
-      (("experiments/evaluate.py", "returns = episode_returns(env, loaded.policy, loaded.params, key_eval, episodes)",
-        "returns = episode_returns(env, loaded.policy, jax.tree.map(jnp.zeros_like, loaded.params), key_eval, "
-        "episodes)"),),
+      (("experiments/evaluate.py",
+        "unfinished = episode_returns(env, loaded.policy, loaded.params, key_eval, episodes, max_steps)",
+        "unfinished = episode_returns(env, loaded.policy, jax.tree.map(jnp.zeros_like, loaded.params), key_eval, "
+        "episodes, max_steps)"),),
       ("tests/test_lifecycle_cli.py::test_evaluate_scores_the_checkpoints_policy",)),
     M("tree-comparison-ignores-structure", "the tests' tree comparison no longer checks the tree structure",
       (("tests/helpers.py", "    if actual_def != expected_def:\n", "    if False:\n"),),

@@ -33,6 +33,8 @@ from podracer.config import EnvConfig
 from podracer.envs.host import EpisodeCounters, HostStep, env_action, one_hot, one_hot_size, specs_of_spaces
 from podracer.types import ActionSpec, BoxSpec, ObsSpec, TimeStep
 
+INT32_MAX = 2**31 - 1  # EnvPool's largest time limit
+
 
 @functools.cache
 def envpool_ids() -> tuple[str, ...]:
@@ -50,8 +52,9 @@ def _is_atari(spec: Any) -> bool:
 
 def envpool_options(env_config: EnvConfig, spec: Any) -> dict[str, Any]:
     """Keyword arguments for `envpool.make`: the time limit (one step beyond ours, see the
-    module docstring), and Atari preprocessing."""
-    options: dict[str, Any] = {"max_episode_steps": time_limit(env_config) + 1}
+    module docstring; EnvPool takes an int32, and ids without a limit of their own, such as
+    CliffWalking-v0 and Blackjack-v1, report the largest one), and Atari preprocessing."""
+    options: dict[str, Any] = {"max_episode_steps": min(time_limit(env_config) + 1, INT32_MAX)}
     if _is_atari(spec):
         options.update(
             episodic_life=env_config.episodic_life,

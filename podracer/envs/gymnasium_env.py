@@ -26,9 +26,15 @@ def gymnasium_ids() -> tuple[str, ...]:
 
 
 def _make_one(env_config: EnvConfig):
+    """One Gymnasium environment; an id whose extra is missing (Box2D's LunarLander-v3) raises
+    ImportError, as a missing library does elsewhere (Gymnasium's own error is no ImportError)."""
     import gymnasium
+    from gymnasium.error import DependencyNotInstalled
 
-    return gymnasium.make(env_config.id, max_episode_steps=env_config.max_episode_steps)
+    try:
+        return gymnasium.make(env_config.id, max_episode_steps=env_config.max_episode_steps)
+    except DependencyNotInstalled as error:
+        raise ImportError(str(error)) from error
 
 
 def gymnasium_specs(env_config: EnvConfig) -> tuple[ObsSpec, ActionSpec]:
