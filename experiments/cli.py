@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
             cmd_bench(args.arch, args.preset, rest, args.json, args.seconds, args.compare_reference)
         elif args.command in ("prefix-baseline", "prefix-front"):
             cmd_prefix(args)
-    except ConfigError as error:
+    except ConfigError as error:  # in a multi-process run every process meets it (checked together)
         fail(str(error))
     except NonFiniteError as error:
         print(f"podracer: error: {error}", file=sys.stderr)

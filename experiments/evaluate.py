@@ -10,11 +10,12 @@ episode; with Atari's episodic life an episode is a whole game). `--video FILE` 
 episode (GIF, or MP4 when imageio-ffmpeg is installed): a JAX environment's
 `render(state)`, or a host environment's image observations (Atari frames).
 
-A host environment may have no time limit (Gymnasium's CliffWalking-v1 and Blackjack-v1,
-EnvPool's CliffWalking-v0), and a JAX one may be given a very long one
+A host environment may have no time limit (Gymnasium's CliffWalking-v1, EnvPool's
+CliffWalking-v0 and Blackjack-v1), and a JAX one may be given a very long one
 (`env.max_episode_steps`), where a greedy policy that walks into a wall would not end its
 episode: an episode still running after `max_steps` steps ends there, its return so far
-counted and the result's `unfinished` counting such episodes.
+counted and the result's `unfinished` counting such episodes (a video shows at most
+`max_steps` steps too).
 """
 
 from __future__ import annotations
@@ -109,7 +110,7 @@ def evaluate(
     }
     if video is not None:
         if env is not None:
-            frames = record_episode(env, loaded.policy, loaded.params, key_video)
+            frames = record_episode(env, loaded.policy, loaded.params, key_video, max_steps)
         write_video(frames, video, getattr(env, "render_fps", 20))
         result["video"] = video
     return result
@@ -257,15 +258,17 @@ def _episode_returns(env: JaxEnv, policy: Policy, params: Params, key: PRNGKey, 
     return returns, done
 
 
-def record_episode(env: JaxEnv, policy: Policy, params: Params, key: PRNGKey) -> np.ndarray:
-    """Frames `uint8 [T + 1, H, W, 3]` of one episode, from the raw dynamics (no reset)."""
-    frames, length = jax.jit(_record, static_argnums=(0, 1))(env, policy, params, key)
+def record_episode(env: JaxEnv, policy: Policy, params: Params, key: PRNGKey,
+                   max_steps: int = DEFAULT_MAX_STEPS) -> np.ndarray:
+    """Frames `uint8 [T + 1, H, W, 3]` of one episode, from the raw dynamics (no reset), its
+    first `max_steps` steps at most."""
+    limit = min(int(env.max_episode_steps(env.default_params)), max_steps)
+    frames, length = jax.jit(_record, static_argnums=(0, 1, 4))(env, policy, params, key, limit)
     return np.asarray(frames)[: int(length) + 1]
 
 
-def _record(env: JaxEnv, policy: Policy, params: Params, key: PRNGKey) -> tuple[Array, Array]:
+def _record(env: JaxEnv, policy: Policy, params: Params, key: PRNGKey, limit: int) -> tuple[Array, Array]:
     env_params = env.default_params
-    limit = env.max_episode_steps(env_params)
     reset_key, key = jax.random.split(key)
     inner, obs = env.reset_env(reset_key, env_params)
     inner = jax.tree.map(jnp.asarray, inner)  # some envs start with Python scalars

@@ -198,16 +198,20 @@ def latest_progress(run_dir: str, config: Config | None = None) -> Progress:
         return progress
 
 
-# Sections a resumed session may change: where the run is, how this session's processes meet,
-# what it logs and how it checkpoints; none changes the numbers a run computes.
+# What a resumed session may change: where the run is, how this session's processes meet,
+# what it logs and how it checkpoints, which devices it runs on (their number is checked
+# with the arrays), how often it reports; none changes the numbers a run computes. And the
+# budget, to train a run longer (a schedule over it then follows the new one).
 SESSION_SECTIONS = ("run_dir", "distributed", "log", "checkpoint")
+SESSION_FIELDS = ("total_env_steps", "arch.devices", "arch.actor_devices", "arch.learner_devices",
+                  "arch.updates_per_call", "arch.updates_per_log", "arch.env_threads")
 
 
 def check_same_run(config: Config, saved: dict[str, Any] | None, updates: int) -> None:
-    """ConfigError naming the first field (outside `SESSION_SECTIONS`) where `config` differs
-    from `saved`, the config its checkpoint was written with: an edited config.json (another
-    seed, learning rate or budget) would continue the run as neither the old run nor a new
-    one. A checkpoint saved without a config is not checked."""
+    """ConfigError naming the first field (outside `SESSION_SECTIONS` and `SESSION_FIELDS`)
+    where `config` differs from `saved`, the config its checkpoint was written with: an
+    edited config.json (another seed, learning rate or network) would continue the run as
+    neither the old run nor a new one. A checkpoint saved without a config is not checked."""
     if saved is None:
         return
     current = json.loads(json.dumps(config_lib.to_dict(config)))
@@ -227,6 +231,8 @@ def check_same_run(config: Config, saved: dict[str, Any] | None, updates: int) -
 def _first_difference(was: Any, now: Any, path: str) -> tuple[str, Any, Any] | None:
     """`(dotted field, saved value, current value)` of the first difference, or None. A
     field the saved config lacks (one added by a later podracer, at its default) is none."""
+    if path in SESSION_FIELDS:
+        return None
     if isinstance(was, dict) and isinstance(now, dict):
         for key in sorted(was):
             found = _first_difference(was.get(key), now.get(key), f"{path}.{key}" if key != "_type" else path)

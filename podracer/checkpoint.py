@@ -18,6 +18,7 @@ naming its step and the checkpoint a resume would fall back to once it is moved 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from typing import Any, Protocol
 
@@ -34,6 +35,10 @@ class CheckpointMismatchError(ConfigError):
 
 class NoCheckpointError(ConfigError):
     """A run directory without any complete checkpoint."""
+
+
+# What tensorstore's errors say when a checkpoint's files are cut short, emptied or gone.
+_DAMAGE = ("OUT_OF_RANGE", "DATA_LOSS", "NOT_FOUND", "Error opening", "Error reading")
 
 
 class CheckpointReadError(ConfigError):
@@ -110,7 +115,7 @@ class Checkpointer:
         if progress.updates in self._manager.all_steps():
             return
         stored = to_storable(state)
-        host = {"progress": progress.to_json(), "leaves": leaf_signatures(stored)}
+        host = {"progress": progress.to_json(), "leaves": leaf_signatures(stored), "version": _version()}
         if self._run_config is not None:
             host["config"] = self._run_config
         args = self._ocp.args
@@ -139,7 +144,7 @@ class Checkpointer:
         step = self._step(step)
         host = self._host(step)
         stored_target = to_storable(target)
-        check_signatures(host["leaves"], leaf_signatures(stored_target))
+        _check_host(host, host["leaves"], leaf_signatures(stored_target))
         abstract = jax.tree.map(
             lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), stored_target
         )
@@ -160,7 +165,7 @@ class Checkpointer:
         host = self._host(step)
         prefix = "".join(f".{name}" for name in path)
         stored = {f"{prefix}{leaf}": sig for leaf, sig in leaf_signatures(abstract).items()}
-        check_signatures({k: v for k, v in host["leaves"].items() if k.startswith(prefix)}, stored)
+        _check_host(host, {k: v for k, v in host["leaves"].items() if k.startswith(prefix)}, stored)
         device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
         item = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device), abstract)
         restore_args = jax.tree.map(lambda x: self._ocp.ArrayRestoreArgs(sharding=device), abstract)
@@ -196,7 +201,10 @@ class Checkpointer:
         `CheckpointReadError` naming the step, its directory and what to do."""
         try:
             return self._manager.restore(step, args=args)
-        except Exception as error:  # noqa: BLE001 - orbax and tensorstore raise many kinds
+        except (FileNotFoundError, EOFError, ValueError) as error:
+            if isinstance(error, ValueError) and not isinstance(error, json.JSONDecodeError) and \
+                    not any(status in str(error) for status in _DAMAGE):
+                raise  # not the files (a bad target, a wrong argument): as it is
             earlier = [s for s in self.all_steps() if s < step]
             fallback = (f"if it is damaged, move {os.path.join(self.directory, str(step))} aside to use the "
                         f"checkpoint of update {max(earlier)}" if earlier else "no earlier checkpoint is kept")
@@ -233,6 +241,27 @@ def leaf_signatures(tree: Any) -> dict[str, list[Any]]:
     leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
     return {jax.tree_util.keystr(path): [list(np.shape(x)), str(getattr(x, "dtype", None) or np.asarray(x).dtype)]
             for path, x in leaves}
+
+
+def _version() -> str:
+    from podracer import __version__
+
+    return __version__
+
+
+def _check_host(host: dict[str, Any], saved: dict[str, list[Any]], expected: dict[str, list[Any]]) -> None:
+    """`check_signatures`, naming the podracer version that wrote the checkpoint when it is
+    not this one (a later version may shape some state differently, e.g. one-hot
+    observations since 0.2.0)."""
+    try:
+        check_signatures(saved, expected)
+    except CheckpointMismatchError as error:
+        written_by = host.get("version")  # saved since 0.2.0
+        if written_by == _version():
+            raise
+        writer = written_by or "before 0.2.0"
+        raise CheckpointMismatchError(f"{error} (the checkpoint was written by podracer {writer}, "
+                                      f"this is podracer {_version()})") from None
 
 
 def check_signatures(saved: dict[str, list[Any]], expected: dict[str, list[Any]]) -> None:

@@ -60,7 +60,16 @@ def test_mismatched_shapes_name_the_leaf_and_empty_dirs_say_so(tmp_path):
         checkpoints.save(sharded_state(mesh, 1), Progress(updates=1))
         target = sharded_state(mesh, 0)
         target["agent"] = {"w": jnp.zeros((3, 5))}
-        with pytest.raises(CheckpointMismatchError, match=r"\['agent'\]\['w'\] is float32\(3, 2\) in the checkpoint"):
+        with pytest.raises(CheckpointMismatchError, match=r"\['agent'\]\['w'\] is float32\(3, 2\) in the checkpoint") as same:
+            checkpoints.restore(target)
+        assert "written by podracer" not in str(same.value)
+    # Written by another version: named, as a reason the state may be shaped differently.
+    import podracer.checkpoint
+
+    with Checkpointer(str(tmp_path / "a"), read_only=True) as checkpoints, pytest.MonkeyPatch.context() as patch:
+        patch.setattr(podracer.checkpoint, "_version", lambda: "9.9.9")
+        with pytest.raises(CheckpointMismatchError, match=r"\(the checkpoint was written by podracer \d+\.\d+\.\d+, "
+                                                          r"this is podracer 9\.9\.9\)$"):
             checkpoints.restore(target)
     with pytest.raises(NoCheckpointError):
         Checkpointer(str(tmp_path / "missing"), read_only=True)
@@ -97,6 +106,25 @@ def test_a_damaged_latest_checkpoint_is_a_clear_error_naming_the_fallback(tmp_pa
         restored, progress = checkpoints.restore(target)
     assert progress.updates == 1
     assert_trees_equal(restored, sharded_state(mesh, 1))
+
+
+def test_a_restore_that_fails_for_another_reason_is_not_called_damage(tmp_path, monkeypatch):
+    """Only errors about the checkpoint's files become `CheckpointReadError` ("move it
+    aside"); anything else (device memory, a wrong argument) is raised as it is, so a good
+    checkpoint is never set aside on bad advice."""
+    mesh = parallel.make_mesh(jax.devices()[:4], "device")
+    with Checkpointer(str(tmp_path)) as checkpoints:
+        checkpoints.save(sharded_state(mesh, 1), Progress(updates=1))
+    for error in (RuntimeError("RESOURCE_EXHAUSTED: out of memory"), ValueError("bad restore argument"),
+                  PermissionError("denied")):
+        with Checkpointer(str(tmp_path), read_only=True) as checkpoints:
+            def fail(*args, error=error, **kwargs):
+                raise error
+
+            monkeypatch.setattr(checkpoints._manager, "restore", fail)
+            with pytest.raises(type(error)) as raised:
+                checkpoints.restore(sharded_state(mesh, 0))
+            assert not isinstance(raised.value, CheckpointReadError)
 
 
 def test_config_round_trips_through_json():

@@ -226,6 +226,22 @@ def test_state_index_observations_are_one_hot(backend):
     assert ended > 0
 
 
+def test_one_hot_of_a_space_that_starts_elsewhere():
+    """`Discrete(4, start=2)` observations 2 .. 5 are one-hot in their place, any batch
+    shape; one outside the space is an error, not a wrapped-around index."""
+    import gymnasium
+
+    from podracer.envs.host import one_hot, one_hot_size
+
+    space = gymnasium.spaces.Discrete(4, start=2)
+    assert one_hot_size(space) == 4 and one_hot_size(gymnasium.spaces.Box(0, 1, (3,))) is None
+    np.testing.assert_array_equal(one_hot(np.array([2, 5, 3]), space), np.eye(4, dtype=np.float32)[[0, 3, 1]])
+    assert one_hot(np.array([[4]]), space).shape == (1, 1, 4) and one_hot(np.int64(2), space).shape == (4,)
+    for outside in (1, 6):
+        with pytest.raises(ValueError, match=r"outside its space Discrete\(4, start=2\)"):
+            one_hot(np.array([3, outside]), space)
+
+
 def test_unknown_id_lists_close_matches():
     with pytest.raises(UnknownEnvError, match="CartPole-v1"):
         make_host_env(EnvConfig("CartPol-v1"), 2, seed=0)

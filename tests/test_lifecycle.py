@@ -76,6 +76,23 @@ def test_resume_with_another_config_is_a_clear_error(tmp_path):
         train_lib.resume(str(tmp_path / "run"))
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group("tiny-run")
+@pytest.mark.timeout(240)
+def test_a_finished_run_trains_longer_with_a_larger_budget(tmp_path):
+    """`total_env_steps` raised in a finished run's config.json: the resume goes on from the
+    last checkpoint to the new budget, its rows continuing the old ones."""
+    run_dir = tmp_path / "run"
+    train_lib.train(dataclasses.replace(TINY, run_dir=str(run_dir)))
+    saved = json.loads((run_dir / "config.json").read_text())
+    saved["total_env_steps"] = 2 * TINY.total_env_steps
+    (run_dir / "config.json").write_text(json.dumps(saved))
+    longer = train_lib.resume(str(run_dir))
+    assert not longer.stopped and longer.env_steps == 2 * TINY.total_env_steps
+    steps = [row["env_steps"] for row in read_rows(run_dir)]
+    assert steps == sorted(set(steps)) and steps[-1] == 2 * TINY.total_env_steps
+
+
 def test_resume_refuses_an_edited_config_naming_the_field():
     """An edited config.json (another seed, learning rate or budget: the same shapes) would
     continue the run as neither the old run nor a new one: refused, naming the field. The
@@ -88,13 +105,17 @@ def test_resume_refuses_an_edited_config_naming_the_field():
     older = json.loads(json.dumps(saved))  # fields a later podracer added are at their defaults: not a difference
     del older["agent"]["learning_rate"], older["total_env_steps"]
     train_lib.check_same_run(TINY, older, 3)
+    # The budget (to train longer), devices and reporting cadence may change too.
+    longer = dataclasses.replace(TINY, total_env_steps=2 * TINY.total_env_steps,
+                                 arch=dataclasses.replace(TINY.arch, updates_per_call=4, devices=(1, 2, 3, 0)))
+    train_lib.check_same_run(longer, saved, 3)
     edits = {
         "seed is 7 but was 0": dataclasses.replace(TINY, seed=7),
-        "total_env_steps is 3584 but was 1792": dataclasses.replace(TINY, total_env_steps=2 * TINY.total_env_steps),
+        "arch.num_envs is 16 but was 8": dataclasses.replace(TINY, arch=dataclasses.replace(TINY.arch, num_envs=16)),
         "agent.learning_rate is 0.5 but was 0.00025": dataclasses.replace(
             TINY, agent=dataclasses.replace(TINY.agent, learning_rate=0.5)),
-        "arch.updates_per_call is 4 but was 3": dataclasses.replace(
-            TINY, arch=dataclasses.replace(TINY.arch, updates_per_call=4)),
+        "agent.hidden_sizes is \\[32\\] but was \\[64, 64\\]": dataclasses.replace(
+            TINY, agent=dataclasses.replace(TINY.agent, hidden_sizes=(32,))),
     }
     for message, edited in edits.items():
         with pytest.raises(ConfigError, match=rf"checkpoint of update 3 was written with: {message}; a resume"):

@@ -327,6 +327,8 @@ def test_cartpole_episode_renders_to_frames():
     assert frames.dtype == np.uint8 and frames.shape[1:] == (200, 300, 3)
     assert 5 < len(frames) < 100  # the pole falls: the episode ends early
     assert not np.array_equal(frames[0], frames[-1])
+    capped = record_episode(env, Policy(push_right, lambda batch: (None, None)), None, jax.random.key(0), max_steps=3)
+    np.testing.assert_array_equal(capped, frames[:4])  # evaluate's --max-steps bounds a video too
 
 
 def test_default_run_dirs_are_never_shared(tmp_path):

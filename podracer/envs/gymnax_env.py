@@ -71,8 +71,8 @@ class GymnaxEnv(JaxEnv):
         """The shape and dtype `reset_env` returns (traced, nothing runs): some gymnax spaces
         declare another dtype than their observations have (Catch-bsuite's space says int32
         for float32 grids, FourRooms-misc's float32 for int32 positions)."""
-        obs = jax.eval_shape(lambda key: self._env.reset_env(key, params)[0], jax.random.key(0))
-        return ObsSpec(tuple(obs.shape), jnp.dtype(obs.dtype))
+        obs = jax.eval_shape(lambda key: self.reset_env(key, params)[1], jax.random.key(0))
+        return jax.tree.map(lambda leaf: ObsSpec(tuple(leaf.shape), jnp.dtype(leaf.dtype)), obs)
 
     def action_spec(self, params: Any) -> ActionSpec:
         # The spec is static: the bounds come from the adapter's own (concrete) parameters.

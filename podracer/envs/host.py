@@ -107,9 +107,15 @@ def one_hot_size(obs_space: Any) -> int | None:
 
 
 def one_hot(obs: np.ndarray, obs_space: Any) -> np.ndarray:
-    """`float32 [..., n]`: the one-hot of `Discrete(n, start=s)` observations `[...]`."""
-    index = np.asarray(obs, np.int64) - int(getattr(obs_space, "start", 0))
-    return np.eye(int(obs_space.n), dtype=np.float32)[index]
+    """`float32 [..., n]`: the one-hot of `Discrete(n, start=s)` observations `[...]`
+    (ValueError for one outside `s .. s + n - 1`)."""
+    n, start = int(obs_space.n), int(getattr(obs_space, "start", 0))
+    index = np.asarray(obs, np.int64) - start
+    if index.size and (index.min() < 0 or index.max() >= n):
+        raise ValueError(f"observation outside its space Discrete({n}, start={start}): {np.asarray(obs).ravel()[:8]}")
+    out = np.zeros(index.shape + (n,), np.float32)
+    np.put_along_axis(out, index[..., None], 1.0, axis=-1)
+    return out
 
 
 def env_action(action: np.ndarray, spec: ActionSpec, dtype: np.dtype | type = np.float32) -> np.ndarray:
