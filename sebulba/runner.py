@@ -8,6 +8,7 @@ here with the name of the thread it came from.
 from __future__ import annotations
 
 import queue
+import time
 import warnings
 from typing import Any, Callable, NamedTuple
 
@@ -34,6 +35,7 @@ from sebulba.params import ParamSource
 from sebulba.threads import ThreadGroup
 
 JOIN_TIMEOUT_S = 20.0
+ROWS_WAIT_S = 5.0  # a checkpoint waits at most this long for the sinks to write the rows it counts
 _DONE = object()
 
 
@@ -179,6 +181,7 @@ def run(
             reporter.flush()  # a resume from it starts logging after them
         if not saving:
             return
+        rows_written(rows_queue, ROWS_WAIT_S)  # the checkpoint counts them as written
         hooks.save(LearnerState(learner.state, learner.key), Progress(
             update, update * s.layout.steps_per_update, reporter.clock.wall_s(), progress.rows + reporter.rows))
 
@@ -201,6 +204,21 @@ def _learner_body(learner: Learner, rows_queue: queue.Queue, stop: Any) -> None:
     rows_queue.put(_DONE)
 
 
+def rows_written(rows_queue: queue.Queue, timeout_s: float) -> bool:
+    """Wait (at most `timeout_s`) until the main thread has handed every queued row to the
+    sinks (`supervise` marks each one done): a checkpoint counts its rows as written, and a
+    resume cuts metrics.jsonl back to that count, so a process killed just after the save
+    (a preemption) must not leave rows the checkpoint counts unwritten. False on timeout."""
+    deadline = time.monotonic() + timeout_s
+    with rows_queue.all_tasks_done:
+        while rows_queue.unfinished_tasks:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            rows_queue.all_tasks_done.wait(remaining)
+    return True
+
+
 def supervise(group: ThreadGroup, rows_queue: queue.Queue, on_metrics: MetricsCallback,
               stopped: Callable[[], bool] = lambda: False) -> list[dict[str, Any]]:
     """Hand rows to `on_metrics` until the learner is done, a thread fails or the caller is
@@ -215,9 +233,11 @@ def supervise(group: ThreadGroup, rows_queue: queue.Queue, on_metrics: MetricsCa
             except queue.Empty:
                 continue
             if row is _DONE:
+                rows_queue.task_done()
                 break
             rows.append(row)
             on_metrics(row)
+            rows_queue.task_done()
     finally:
         stuck = group.join(JOIN_TIMEOUT_S)
     group.raise_error()

@@ -1,6 +1,7 @@
 """Sebulba run lifecycle: checkpoints, stop and resume, NaN guard, evaluation of a host-env run."""
 
 import dataclasses
+import time
 
 import jax
 import numpy as np
@@ -139,6 +140,28 @@ def test_evaluating_an_episode_that_never_ends_stops_at_max_steps():
     returns, _, unfinished = host_episode_returns(config, policy, None, jax.random.key(0), 3, max_steps=40)
     np.testing.assert_array_equal(returns, [-40.0] * 3)
     assert unfinished == 3
+
+
+def test_a_checkpoint_waits_for_the_rows_it_counts_to_be_written(tmp_path):
+    """The learner saves a checkpoint counting the rows it queued; with slow sinks (here
+    0.3 s a row) it waits until the main thread has written them, so a process killed just
+    after the save leaves no row the checkpoint counts unwritten."""
+    written = []
+    seen = []
+
+    class Recording(Checkpointer):
+        def save(self, state, progress):
+            seen.append((progress.rows, len(written)))
+            super().save(state, progress)
+
+    def slow_sink(row):
+        time.sleep(0.3)
+        written.append(row)
+
+    with Recording(str(tmp_path / "checkpoints")) as checkpoints:
+        sebulba.runner.train(TINY, checkpointer=checkpoints, on_metrics=slow_sink)
+    assert [rows for rows, _ in seen] == [2, 4, 6]  # updates 4, 8, 12 (rows every 2 updates)
+    assert all(rows == count for rows, count in seen), seen
 
 
 def test_a_stop_between_log_points_flushes_its_updates_into_a_row():
