@@ -107,6 +107,11 @@ def cmd_bench_prefix(args: argparse.Namespace, overrides: list[str]) -> None:
     if args.run_dir is None:
         if args.budget is None or args.budget < 1:
             fail(f"bench prefix needs --budget >= 1 (unique syntheses) to train the agent, got {args.budget}")
+        from experiments.presets import PRESETS
+
+        if args.preset is None and prefix.default_preset(args.bits) not in PRESETS:
+            fail(f"--bits {args.bits}: no preset {prefix.default_preset(args.bits)}; name one and the width, e.g. "
+                 f"--preset {prefix.default_preset(16)} --env.id PrefixAdderSynth-{args.bits}")
         config = resolve_config(args.preset or prefix.default_preset(args.bits), overrides)
         prefix.check_agent_config(config, args.bits)
     elif overrides or args.preset:

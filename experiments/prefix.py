@@ -53,13 +53,16 @@ def make_pool(cost: str, workers: int | None = None, cache_path: str | None = No
         return pool, "analytic-0"
     if cost != "synthesis":
         raise ConfigError(f"--cost must be one of {COST_MODELS}, got {cost!r}")
-    from podracer.envs.prefix.host_env import default_cache_path
+    from podracer.envs.prefix.host_env import CACHE_ENV_VAR, default_cache_path
 
     try:
         spec = find_synthesis()
     except SynthesisUnavailable as error:
         raise ConfigError(str(error)) from None
-    pool = RewardPool(spec, cache_path=cache_path or default_cache_path(), workers=workers)
+    try:
+        pool = RewardPool(spec, cache_path=cache_path or default_cache_path(), workers=workers)
+    except ValueError as error:  # the cache file cannot be used
+        raise ConfigError(f"{'--cache' if cache_path else f'${CACHE_ENV_VAR}'}: {error}") from None
     return pool, f"synthesis:{spec.identity}"
 
 
@@ -124,6 +127,8 @@ def show_front(directory: str, out: str | None = None, pool: RewardPool | None =
     checkpoint's greedy rollouts are collected first (`experiments.prefix_run`)."""
     from experiments.prefix_run import collect_run_designs, is_prefix_run
 
+    if out is not None:  # before any rollout or synthesis
+        check_writable_plot(out)
     collected = collect_run_designs(directory) if os.path.isdir(directory) and is_prefix_run(directory) else None
     try:
         designs, model = read_designs(directory)
@@ -150,6 +155,17 @@ def show_front(directory: str, out: str | None = None, pool: RewardPool | None =
     with open(os.path.join(directory, "front.json"), "w") as f:
         json.dump(summary, f, indent=1)
     return summary
+
+
+def check_writable_plot(out: str) -> None:
+    """Create the directory of the plot file `out` and check that `out` can be written;
+    ConfigError naming `--out` otherwise."""
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+        with open(out, "ab"):
+            pass
+    except OSError as error:
+        raise ConfigError(f"--out {out!r} cannot be written: {error.strerror or error}") from None
 
 
 def check_writable_out(out: str) -> None:

@@ -3,10 +3,11 @@
 `podracer prefix-front RUN_DIR` on a training run (a directory with `config.json` and
 checkpoints but no `designs.jsonl`) first calls `collect_run_designs`: the run's greedy
 policy designs from ripple and Sklansky starts for a sweep of area weights w (the run's own
-w when it trained with a fixed one), one episode each (the environment's horizon), every
-graph visited along the way is costed in the run's cost model (analytic, or synthesis
-through the reward pool and its cache) and written to `RUN_DIR/designs.jsonl`; the front,
-plot and Verilog follow as for a search (`experiments.prefix.show_front`).
+w when it trained with a fixed one), one episode each (the run's `env.max_episode_steps`,
+else the environment's horizon), every graph visited along the way is costed in the run's
+cost model (analytic, or synthesis through the reward pool and its cache) and written to
+`RUN_DIR/designs.jsonl`; the front, plot and Verilog follow as for a search
+(`experiments.prefix.show_front`).
 """
 
 from __future__ import annotations
@@ -69,7 +70,8 @@ def collect_run_designs(run_dir: str, num_weights: int = 11, agent_seed: int = 0
     spec = parse_host_id(config.env.id)
     if spec is None:
         raise ConfigError(f"{run_dir!r} trained on {config.env.id!r}, not a prefix-adder environment")
-    env = PrefixAdderEnv(spec["bits"], area_weight=spec["area_weight"])
+    # The run's episodes: its own time limit (env.max_episode_steps), else the env's 2 N.
+    env = PrefixAdderEnv(spec["bits"], area_weight=spec["area_weight"], horizon=config.env.max_episode_steps)
     obs_spec, action_spec = env.observation_spec(None), env.action_spec(None)
     loaded = load_policy(run_dir, config, obs_spec, action_spec, agent_seed, sample=False)
     weights = (np.linspace(0.0, 1.0, num_weights) if spec["area_weight"] is None

@@ -100,6 +100,24 @@ def test_learns_and_prefix_front_shows_the_run(tmp_path):
     assert "module" in open(summary["verilog"][0]).read()
 
 
+def test_greedy_designs_of_a_run_last_its_time_limit(tmp_path, monkeypatch):
+    """`collect_run_designs` rolls the policy out for the run's own episode length
+    (`env.max_episode_steps`), not the environment's default 2 N."""
+    from experiments import evaluate, prefix_run
+    from experiments import train as train_lib
+
+    def first_legal(params, obs, key, core, start):  # adds a node every step, so each step is a new graph
+        return jnp.argmax(obs.action_mask, axis=-1), core
+
+    config = Config(env=EnvConfig("PrefixAdder-8-w0.5", max_episode_steps=3), agent=DQNConfig(**SMALL),
+                    arch=AnakinConfig())
+    monkeypatch.setattr(train_lib, "load_run_config", lambda run_dir: config)
+    monkeypatch.setattr(evaluate, "load_policy", lambda *args, **kwargs: evaluate.Loaded(
+        config, evaluate.Policy(first_legal, lambda batch: (None, None)), {}, 0))
+    collected = prefix_run.collect_run_designs(str(tmp_path))
+    assert collected["designs"] == 2 * (3 + 1)  # two starts, each with its 3 steps' graphs
+
+
 @pytest.mark.parametrize("name,bits", [("dqn-prefix16-anakin", 16), ("dqn-prefix16-sebulba", 16),
                                        ("dqn-prefix32-sebulba", 32)])
 def test_presets_build_the_prefix_agent(name, bits):

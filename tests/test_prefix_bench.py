@@ -70,6 +70,9 @@ def test_bench_prefix_user_errors_exit_2_before_training(tmp_path, capsys):
          "synthesis-reward prefix adder"),
         (["--bits", "32", "--budget", "10", "--out", str(tmp_path), "--preset", "dqn-prefix16-sebulba"],
          "--bits 32 but the preset trains on PrefixAdderSynth-16"),
+        (["--bits", "7", "--budget", "10", "--out", str(tmp_path)],
+         "--bits 7: no preset dqn-prefix7-sebulba; name one and the width, e.g. --preset dqn-prefix16-sebulba "
+         "--env.id PrefixAdderSynth-7"),
         (["--run-dir", str(tmp_path), "--out", str(tmp_path / "o")], "synthesis-cache.jsonl does not exist"),
     ]
     for args, message in cases:

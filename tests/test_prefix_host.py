@@ -16,7 +16,7 @@ from podracer.config import EnvConfig
 from podracer.envs.base import EnvState
 from podracer.envs.host import host_env_specs, make_host_env
 from podracer.envs.prefix import graph as G
-from podracer.envs.prefix import synthesis
+from podracer.envs.prefix import host_env, synthesis
 from podracer.envs.prefix.builders import classic_adders, sklansky
 from podracer.envs.prefix.env import PrefixAdderEnv
 from podracer.envs.prefix.host_env import PrefixHostEnv, prefix_host_specs
@@ -134,6 +134,26 @@ def test_reward_pool_cache_persists_and_a_resumed_run_never_synthesises_twice(tm
         assert all("key" in json.loads(line) for line in f.read().splitlines()[-3:])
 
 
+def test_a_damaged_cache_line_that_is_not_utf8_costs_that_line_only(tmp_path):
+    """Bytes that are not UTF-8 (a damaged disk block) spoil their own line, not the whole
+    cache: the pool and `cache_designs` still read every other row."""
+    from podracer.envs.prefix.reward_pool import cache_designs
+
+    path = tmp_path / "costs.jsonl"
+    graphs = list(classic_adders(8).values())
+    with RewardPool(evaluate=analytic_cost, identity="a", executor=cf.ThreadPoolExecutor(1),
+                    cache_path=str(path)) as pool:
+        costs = pool.costs(graphs, timeout_s=30)
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:1] + [b"\xff\xfe garbage\n"] + lines[2:]))
+    resumed = CountingCost()
+    with RewardPool(evaluate=resumed, identity="a", executor=cf.ThreadPoolExecutor(1),
+                    cache_path=str(path)) as pool:
+        np.testing.assert_array_equal(pool.costs(graphs, timeout_s=30), costs)
+        assert resumed.calls == 1  # the damaged row's graph only
+    assert len(cache_designs(str(path), "a")) == len(graphs)  # three survivors and the one synthesised again
+
+
 def test_reward_pool_waits_are_bounded_and_errors_surface():
     slow = CountingCost(delay_s=2.0)
     with RewardPool(evaluate=slow, identity="slow", executor=cf.ThreadPoolExecutor(1)) as pool:
@@ -150,6 +170,41 @@ def test_reward_pool_waits_are_bounded_and_errors_surface():
     with RewardPool(evaluate=broken, identity="broken", executor=cf.ThreadPoolExecutor(1)) as pool, \
             pytest.raises(RuntimeError, match="abc crashed"):
         pool.costs([sklansky(8)], timeout_s=30)
+
+
+def test_a_cache_file_that_cannot_be_written_fails_at_once_naming_it(tmp_path, monkeypatch):
+    """A cache path that cannot be appended to is refused when the pool is made (and by the
+    host env's specs, naming the variable); one that breaks later fails its requests at
+    once instead of leaving them to the reward timeout."""
+    with pytest.raises(ValueError, match="synthesis cache .* cannot be read and appended to"):
+        RewardPool(evaluate=analytic_cost, identity="a", executor=cf.ThreadPoolExecutor(1), cache_path=str(tmp_path))
+    monkeypatch.setenv("PODRACER_PREFIX_CACHE", str(tmp_path))
+    monkeypatch.setattr(host_env, "find_synthesis", lambda: None)
+    with pytest.raises(ValueError, match=r"^\$PODRACER_PREFIX_CACHE: the synthesis cache"):
+        prefix_host_specs("PrefixAdderSynth-8")
+    path = tmp_path / "costs.jsonl"
+    with RewardPool(evaluate=analytic_cost, identity="a", executor=cf.ThreadPoolExecutor(1),
+                    cache_path=str(path)) as pool:
+        path.unlink()
+        path.mkdir()  # the file can no longer be appended to
+        start = time.perf_counter()
+        with pytest.raises(IsADirectoryError):
+            pool.costs([sklansky(8)], timeout_s=30)
+        assert time.perf_counter() - start < 10 and pool.cached(sklansky(8)) is None
+
+
+def test_requests_cancelled_by_an_executor_shutdown_fail_at_once():
+    """Work the executor cancels (`close()` of the pool's own one, or a user executor shut
+    down) fails its waiters with CancelledError, instead of a RewardTimeout much later."""
+    executor = cf.ThreadPoolExecutor(1)
+    pool = RewardPool(evaluate=CountingCost(delay_s=1.0), identity="slow", executor=executor)
+    futures = [pool.submit(g) for g in random_graphs(8, 3, seed=6)]
+    executor.shutdown(wait=False, cancel_futures=True)  # the first runs on, the others are cancelled
+    start = time.perf_counter()
+    with pytest.raises(cf.CancelledError):
+        pool.wait(futures[1:], timeout_s=30)
+    assert time.perf_counter() - start < 10
+    assert pool.wait(futures[:1], timeout_s=30).shape == (1, 2)
 
 
 def test_reward_pool_default_executor_is_a_process_pool(tmp_path):

@@ -103,10 +103,13 @@ def test_prefix_baseline_command_writes_the_front_as_verilog_that_adds(tmp_path,
     for d in designs:
         if (d.area, d.delay) in front:
             check_adds(d.nodes, samples=100)
-    # prefix-front on the same directory gives the same front.
-    main(["prefix-front", out, "--json"])
+    # prefix-front on the same directory gives the same front (its plot where --out says,
+    # the directory made if missing).
+    plot = str(tmp_path / "plots" / "front.png")
+    main(["prefix-front", out, "--out", plot, "--json"])
     again = json.loads(capsys.readouterr().out)
     assert again["front"] == summary["front"] and again["hypervolume"] == summary["hypervolume"]
+    assert again["plot"] == plot and os.path.getsize(plot) > 0
 
 
 def test_a_rerun_into_the_same_out_leaves_only_its_own_front_as_verilog(tmp_path, capsys):
@@ -128,6 +131,7 @@ def test_a_rerun_into_the_same_out_leaves_only_its_own_front_as_verilog(tmp_path
     (["prefix-baseline", "--method", "genetic", "--out", "{tmp}/x"], "invalid choice: 'genetic'"),
     (["prefix-baseline", "--out", "/proc/nope", "--cost", "analytic"], "--out '/proc/nope' is not writable"),
     (["prefix-front", "{tmp}"], "designs.jsonl does not exist"),
+    (["prefix-front", "{tmp}", "--out", "/proc/nope.png"], "--out '/proc/nope.png' cannot be written"),
 ])
 def test_prefix_commands_user_errors_exit_2_with_one_line(tmp_path, capsys, args, message):
     with pytest.raises(SystemExit) as exit_info:
@@ -191,4 +195,21 @@ def test_prefix_baseline_synthesis_failure_exits_1_with_one_line(tmp_path, capsy
     stderr = capsys.readouterr().err
     assert exit_info.value.code == 1, stderr
     assert "synthesis failed: yosys-abc exited with 3" in stderr and "cannot read the library" in stderr
+    assert len(stderr.strip().splitlines()) == 1, stderr
+
+
+def test_prefix_baseline_cache_that_cannot_be_written_exits_2_naming_it(tmp_path, capsys, monkeypatch):
+    """`--cache` naming a directory (or any path that cannot be appended to) is one line
+    naming the option, before any synthesis; not a traceback, nor a wait for results that
+    the cache would never let arrive."""
+    monkeypatch.setattr(synthesis.shutil, "which", lambda name: "/bin/false")  # never run
+    liberty = tmp_path / "cells.lib"
+    liberty.write_text("library(none) {}\n")
+    monkeypatch.setattr(synthesis, "LIBERTY_PATHS", (str(liberty),))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["prefix-baseline", "--bits", "8", "--budget", "3", "--workers", "1", "--out", str(tmp_path / "x"),
+              "--cache", str(tmp_path)])
+    stderr = capsys.readouterr().err
+    assert exit_info.value.code == 2, stderr
+    assert f"--cache: the synthesis cache '{tmp_path}' cannot be read and appended to" in stderr
     assert len(stderr.strip().splitlines()) == 1, stderr

@@ -28,7 +28,7 @@ from podracer.envs.prefix import graph as np_graph
 from podracer.envs.prefix import jax_graph
 from podracer.envs.prefix.builders import BUILDERS, sklansky
 from podracer.envs.prefix.env import PrefixAdderEnv, parse_prefix_id
-from podracer.envs.prefix.reward_pool import RewardPool
+from podracer.envs.prefix.reward_pool import RewardPool, check_cache_file
 from podracer.envs.prefix.synthesis import find_synthesis
 from podracer.types import DiscreteSpec, MaskedObs, TimeStep
 
@@ -216,12 +216,17 @@ class PrefixHostEnv:
 
 def prefix_host_specs(env_id: str, max_episode_steps: int | None = None) -> tuple[MaskedObs, DiscreteSpec]:
     """Observation and action specs of a host prefix-adder id, checking that synthesis is
-    available where the id asks for it (SynthesisUnavailable otherwise)."""
+    available where the id asks for it (SynthesisUnavailable otherwise) and that its cache
+    file can be written (ValueError naming `$PODRACER_PREFIX_CACHE`)."""
     kwargs = parse_host_id(env_id)
     if kwargs is None:
         raise ValueError(f"not a prefix-adder id: {env_id!r}")
     if kwargs.pop("synthesis"):
         find_synthesis()
+        try:
+            check_cache_file(default_cache_path())
+        except ValueError as error:
+            raise ValueError(f"${CACHE_ENV_VAR}: {error}") from None
     env = PrefixAdderEnv(horizon=max_episode_steps, **kwargs)
     return env.observation_spec(None), env.action_spec(None)
 

@@ -64,9 +64,9 @@ def cache_designs(path: str, identity: str) -> list[Design]:
     """Every graph a cache file holds with its cost under the flow and library `identity`,
     in the order synthesised. Rows of another identity (their key is not this graph's key
     under `identity`), rows written before graphs were stored, and a row cut by a crash
-    are skipped."""
+    or damaged (even into bytes that are not UTF-8) are skipped."""
     designs = []
-    with open(path) as f:
+    with open(path, errors="replace") as f:  # a damaged byte spoils its line only
         for line in f:
             try:
                 row = json.loads(line)
@@ -78,6 +78,20 @@ def cache_designs(path: str, identity: str) -> list[Design]:
             if key == graph_key(nodes, identity):
                 designs.append(Design(nodes, *cost))
     return designs
+
+
+def check_cache_file(path: str) -> None:
+    """Create the cache file (and its directory) if missing and check that it can be read
+    and appended to: ValueError naming the path otherwise, before any synthesis is spent."""
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "a"):
+            pass
+        with open(path):
+            pass
+    except OSError as error:
+        raise ValueError(f"the synthesis cache {path!r} cannot be read and appended to: "
+                         f"{error.strerror or error}") from None
 
 
 class RewardPool:
@@ -121,10 +135,8 @@ class RewardPool:
 
     # --- cache ------------------------------------------------------------------------
     def _load(self, path: str) -> None:
-        if not os.path.exists(path):
-            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-            return
-        with open(path) as f:
+        check_cache_file(path)
+        with open(path, errors="replace") as f:  # a damaged byte spoils its line only
             text = f.read()
         for line in text.splitlines():
             try:
@@ -138,15 +150,15 @@ class RewardPool:
 
     def _store(self, key: str, nodes: np.ndarray, result: SynthesisResult) -> None:
         with self._lock:
+            if self._cache_path is not None:  # first: a failed write leaves the graph uncached
+                with open(self._cache_path, "a") as f:
+                    row = {"key": key, "area": result.area, "delay": result.delay, "grid": grid_rows(nodes)}
+                    f.write(json.dumps(row) + "\n")
             self._cache[key] = (result.area, result.delay)
             self._inflight.pop(key, None)
             self._syntheses += 1
             self._synthesis_s += result.seconds
             self._last_done = time.perf_counter()
-            if self._cache_path is not None:
-                with open(self._cache_path, "a") as f:
-                    row = {"key": key, "area": result.area, "delay": result.delay, "grid": grid_rows(nodes)}
-                    f.write(json.dumps(row) + "\n")
 
     def cached(self, nodes: np.ndarray) -> tuple[float, float] | None:
         return self._cache.get(graph_key(nodes, self.identity))
@@ -176,13 +188,25 @@ class RewardPool:
         work = self._executor.submit(self._evaluate, nodes)
 
         def done(work: cf.Future) -> None:
+            if work.cancelled():  # the executor shut down first: its waiters fail now, not at their timeout
+                with self._lock:
+                    self._inflight.pop(key, None)
+                result.cancel()
+                result.set_running_or_notify_cancel()  # what `cf.wait` counts as done
+                return
             error = work.exception()
             if error is not None:
                 with self._lock:
                     self._inflight.pop(key, None)
                 result.set_exception(error)
                 return
-            self._store(key, nodes, work.result())
+            try:
+                self._store(key, nodes, work.result())
+            except Exception as store_error:  # e.g. the cache file became unwritable: fail, not hang
+                with self._lock:
+                    self._inflight.pop(key, None)
+                result.set_exception(store_error)
+                return
             result.set_result(self._cache[key])
 
         work.add_done_callback(done)
