@@ -149,6 +149,8 @@ def cmd_prefix(args: argparse.Namespace) -> None:
     if args.command == "prefix-baseline":
         if args.workers is not None and args.workers < 1:
             fail(f"--workers must be >= 1, got {args.workers}")
+        if args.cost != "synthesis" and (args.cache is not None or args.workers is not None):
+            fail("--cache and --workers apply to --cost synthesis (the analytic model runs in this process)")
         summary = prefix.run_baseline(args.bits, args.method, args.budget, args.out, args.cost, args.seed,
                                       args.workers, args.cache)
     else:

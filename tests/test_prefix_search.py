@@ -130,6 +130,8 @@ def test_a_rerun_into_the_same_out_leaves_only_its_own_front_as_verilog(tmp_path
     (["prefix-baseline", "--budget", "0", "--out", "{tmp}/x", "--cost", "analytic"], "--budget must be >= 1"),
     (["prefix-baseline", "--method", "genetic", "--out", "{tmp}/x"], "invalid choice: 'genetic'"),
     (["prefix-baseline", "--out", "/proc/nope", "--cost", "analytic"], "--out '/proc/nope' is not writable"),
+    (["prefix-baseline", "--cost", "analytic", "--cache", "{tmp}/c.jsonl", "--out", "{tmp}/x"],
+     "--cache and --workers apply to --cost synthesis"),
     (["prefix-front", "{tmp}"], "designs.jsonl does not exist"),
     (["prefix-front", "{tmp}", "--out", "/proc/nope.png"], "--out '/proc/nope.png' cannot be written"),
 ])
