@@ -198,27 +198,25 @@ def latest_progress(run_dir: str, config: Config | None = None) -> Progress:
         return progress
 
 
-# What a resumed session may change: where the run is, how this session's processes meet,
-# what it logs and how it checkpoints, which devices it runs on (their number is checked
-# with the arrays), how often it reports; none changes the numbers a run computes. And the
-# budget, to train a run longer (a schedule over it then follows the new one).
-SESSION_SECTIONS = ("run_dir", "distributed", "log", "checkpoint")
-SESSION_FIELDS = ("total_env_steps", "arch.devices", "arch.actor_devices", "arch.learner_devices",
-                  "arch.updates_per_call", "arch.updates_per_log", "arch.env_threads")
+# What a resumed session may change (fields, or whole sections): where the run is, how this
+# session's processes meet, what it logs and how it checkpoints, which devices it runs on
+# (their number is checked with the arrays), how often it reports; none changes the numbers
+# a run computes. And the budget, to train a run longer (a schedule over it then follows).
+SESSION_FIELDS = ("run_dir", "distributed", "log", "checkpoint", "total_env_steps", "arch.devices",
+                  "arch.actor_devices", "arch.learner_devices", "arch.updates_per_call", "arch.updates_per_log",
+                  "arch.env_threads")
 
 
 def check_same_run(config: Config, saved: dict[str, Any] | None, updates: int) -> None:
-    """ConfigError naming the first field (outside `SESSION_SECTIONS` and `SESSION_FIELDS`)
-    where `config` differs from `saved`, the config its checkpoint was written with: an
-    edited config.json (another seed, learning rate or network) would continue the run as
-    neither the old run nor a new one. A checkpoint saved without a config is not checked."""
+    """ConfigError naming the first field (outside `SESSION_FIELDS`) where `config` differs
+    from `saved`, the config its checkpoint was written with: an edited config.json (another
+    seed, learning rate or network) would continue the run as neither the old run nor a new
+    one. A checkpoint saved without a config is not checked."""
     if saved is None:
         return
     current = json.loads(json.dumps(config_lib.to_dict(config)))
     for name in sorted(saved):
-        if name in SESSION_SECTIONS:
-            continue
-        path = _first_difference(saved.get(name), current.get(name), name)
+        path = _first_difference(saved[name], current.get(name), name)
         if path is not None:
             field, was, now = path
             raise ConfigError(

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from podracer.config import EnvConfig
-from podracer.envs.host import EpisodeCounters, HostStep, env_action, one_hot, one_hot_size, specs_of_spaces
+from podracer.envs.host import EpisodeCounters, HostStep, env_action, host_observation, specs_of_spaces
 from podracer.types import ActionSpec, BoxSpec, ObsSpec, TimeStep
 
 INT32_MAX = 2**31 - 1  # EnvPool's largest time limit
@@ -120,7 +120,7 @@ class EnvPoolEnv:
         self._action_dtype = np.dtype(spec.action_space.dtype)
         self._counters = EpisodeCounters(num_envs, time_limit(env_config))
         self._obs_dtype = self.observation_spec.dtype
-        self._one_hot_space = spec.observation_space if one_hot_size(spec.observation_space) is not None else None
+        self._obs_space = spec.observation_space
 
     def reset(self) -> np.ndarray:
         self._counters = EpisodeCounters(self.num_envs, self._counters.max_steps)
@@ -187,8 +187,6 @@ class EnvPoolEnv:
         indices (`Discrete` observations) one-hot."""
         if not np.array_equal(env_id, np.sort(env_id)):
             obs = obs[np.argsort(env_id)]
-        if self._one_hot_space is not None:
-            return one_hot(obs, self._one_hot_space)
         if self._atari:
             obs = np.ascontiguousarray(obs.transpose(0, 2, 3, 1))
-        return obs.astype(self._obs_dtype, copy=False)
+        return host_observation(obs, self._obs_space, self._obs_dtype)

@@ -14,7 +14,7 @@ import functools
 import numpy as np
 
 from podracer.config import EnvConfig
-from podracer.envs.host import EpisodeCounters, HostStep, env_action, one_hot, one_hot_size, specs_of_spaces
+from podracer.envs.host import EpisodeCounters, HostStep, env_action, host_observation, specs_of_spaces
 from podracer.types import ActionSpec, DiscreteSpec, ObsSpec, TimeStep
 
 
@@ -64,8 +64,7 @@ class GymnasiumEnv:
         self.observation_spec, self.action_spec = _specs_of(
             self._envs.single_observation_space, self._envs.single_action_space, env_config.id
         )
-        obs_space = self._envs.single_observation_space
-        self._one_hot_space = obs_space if one_hot_size(obs_space) is not None else None
+        self._obs_space = self._envs.single_observation_space
         space_dtype = getattr(self._envs.single_action_space, "dtype", None)
         self._action_dtype = np.dtype(np.float32 if space_dtype is None else space_dtype)
         # Agents act in 0 .. n - 1; a `Discrete(n, start=s)` space takes s .. s + n - 1.
@@ -113,6 +112,4 @@ class GymnasiumEnv:
         self._envs.close()
 
     def _cast(self, obs: np.ndarray) -> np.ndarray:
-        if self._one_hot_space is not None:
-            return one_hot(obs, self._one_hot_space)
-        return np.asarray(obs).astype(self.observation_spec.dtype, copy=False)
+        return host_observation(obs, self._obs_space, self.observation_spec.dtype)

@@ -118,6 +118,14 @@ def one_hot(obs: np.ndarray, obs_space: Any) -> np.ndarray:
     return out
 
 
+def host_observation(obs: np.ndarray, obs_space: Any, dtype: np.dtype) -> np.ndarray:
+    """A backend's observations `[B, ...]` as agents see them (`specs_of_spaces`): state
+    indices of a `Discrete(n)` space one-hot, others cast to the spec's `dtype`."""
+    if one_hot_size(obs_space) is not None:
+        return one_hot(obs, obs_space)
+    return np.asarray(obs).astype(dtype, copy=False)
+
+
 def env_action(action: np.ndarray, spec: ActionSpec, dtype: np.dtype | type = np.float32) -> np.ndarray:
     """An action batch as the backend takes it: int32 for discrete actions; for a box,
     `dtype` and clipped to the bounds."""
