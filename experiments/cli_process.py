@@ -43,6 +43,8 @@ def use_cpu_devices(count: int | None) -> None:
 
 
 COMPILATION_CACHE_ENV = "PODRACER_COMPILATION_CACHE"
+COMPILATION_CACHE_MAX_ENV = "PODRACER_COMPILATION_CACHE_MAX_MB"
+COMPILATION_CACHE_MAX_MB = 2048
 
 
 def use_compilation_cache() -> str | None:
@@ -50,8 +52,10 @@ def use_compilation_cache() -> str | None:
     a program compiled before (the same preset and sizes again: another seed, a resumed or
     repeated run, each process of a local multi-process run) loads it instead of compiling.
     The directory is `$PODRACER_COMPILATION_CACHE`, default `~/.cache/podracer/jax`; `off`
-    disables it. A cache the user configured for JAX itself (`JAX_COMPILATION_CACHE_DIR`,
-    or `jax.config` in a notebook) is left as it is. Returns the directory in use, or None."""
+    disables it. The directory is bounded: past `$PODRACER_COMPILATION_CACHE_MAX_MB` (default
+    2048) JAX deletes the least recently used programs. A cache the user configured for JAX
+    itself (`JAX_COMPILATION_CACHE_DIR`, or `jax.config` in a notebook) is left as it is,
+    bound included. Returns the directory in use, or None."""
     import jax
 
     configured = jax.config.jax_compilation_cache_dir
@@ -60,13 +64,29 @@ def use_compilation_cache() -> str | None:
     choice = os.environ.get(COMPILATION_CACHE_ENV, "").strip()
     if choice.lower() in ("off", "0", "false", "no"):
         return None
+    max_mb = _cache_max_mb()
     directory = os.path.expanduser(choice or os.path.join("~", ".cache", "podracer", "jax"))
     try:
         os.makedirs(directory, exist_ok=True)
     except OSError:  # a read-only home: compile as before
         return None
+    if jax.config.jax_compilation_cache_max_size == -1:  # -1: JAX's default, unbounded
+        jax.config.update("jax_compilation_cache_max_size", max_mb * 2**20)
     jax.config.update("jax_compilation_cache_dir", directory)
     return directory
+
+
+def _cache_max_mb() -> int:
+    text = os.environ.get(COMPILATION_CACHE_MAX_ENV, "").strip()
+    if not text:
+        return COMPILATION_CACHE_MAX_MB
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        fail(f"{COMPILATION_CACHE_MAX_ENV} must be a whole number of megabytes >= 1, got {text!r}")
+    return value
 
 
 def joined_other_processes() -> bool:

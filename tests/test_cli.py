@@ -169,10 +169,12 @@ def no_compilation_cache():
     restored after."""
     import jax
 
-    before = jax.config.jax_compilation_cache_dir
+    before = jax.config.jax_compilation_cache_dir, jax.config.jax_compilation_cache_max_size
     jax.config.update("jax_compilation_cache_dir", None)
+    jax.config.update("jax_compilation_cache_max_size", -1)
     yield
-    jax.config.update("jax_compilation_cache_dir", before)
+    jax.config.update("jax_compilation_cache_dir", before[0])
+    jax.config.update("jax_compilation_cache_max_size", before[1])
 
 
 def test_the_compilation_cache_goes_where_the_user_says(tmp_path, monkeypatch, no_compilation_cache):
@@ -198,6 +200,41 @@ def test_the_compilation_cache_goes_where_the_user_says(tmp_path, monkeypatch, n
     assert use_compilation_cache() == default  # already configured: left as it is
     jax.config.update("jax_compilation_cache_dir", None)
     assert use_compilation_cache() == str(tmp_path / "mine") and (tmp_path / "mine").is_dir()
+
+
+def test_the_compilation_cache_is_bounded(tmp_path, monkeypatch, no_compilation_cache):
+    """The cache podracer sets up keeps under `$PODRACER_COMPILATION_CACHE_MAX_MB` (least
+    recently used programs deleted first); a bound the user gave JAX is left as it is; a
+    bound that is not a whole number of megabytes >= 1 is a usage error naming it."""
+    import jax
+    import jax.numpy as jnp
+
+    from experiments.cli import use_compilation_cache
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("PODRACER_COMPILATION_CACHE", str(cache))
+    for bad in ("0", "lots"):
+        monkeypatch.setenv("PODRACER_COMPILATION_CACHE_MAX_MB", bad)
+        with pytest.raises(SystemExit):
+            use_compilation_cache()
+    monkeypatch.setenv("PODRACER_COMPILATION_CACHE_MAX_MB", "1")
+    assert use_compilation_cache() == str(cache)
+    assert jax.config.jax_compilation_cache_max_size == 2**20
+    min_compile_s = jax.config.jax_persistent_cache_min_compile_time_secs
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    try:
+        jax.jit(lambda x: x * 3 + 1)(jnp.float32(1)).block_until_ready()
+    finally:
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", min_compile_s)
+    names = [path.name for path in cache.iterdir()]
+    # JAX's bounded (LRU) cache keeps an access time beside each program; the unbounded one does not.
+    assert any(name.endswith("-cache") for name in names) and any(name.endswith("-atime") for name in names), names
+
+    jax.config.update("jax_compilation_cache_dir", None)
+    jax.config.update("jax_compilation_cache_max_size", 12345)
+    monkeypatch.delenv("PODRACER_COMPILATION_CACHE_MAX_MB")
+    use_compilation_cache()
+    assert jax.config.jax_compilation_cache_max_size == 12345
 
 
 @pytest.mark.slow
