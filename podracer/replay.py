@@ -151,6 +151,16 @@ def make_replay(
     return Replay(buffer.init, add, sample, get, newest, set_priorities, size)
 
 
+def same_observations(a: Any, b: Any) -> Array:
+    """`bool [B]`: row b of observation pytree `a [B, ...]` equals row b of `b [B, ...]` in
+    every leaf. Replay agents ask it of a stored step's `next_obs` and a new rollout's first
+    observation: is the stream going on, or did the environment restart (as Sebulba's do on
+    resume, the buffers restored)?"""
+    rows = [jnp.all((x == y).reshape(x.shape[0], -1), axis=1)
+            for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True)]
+    return jnp.all(jnp.stack(rows), axis=0)
+
+
 def set_leaves(tree: sum_tree.SumTreeState, indices: Array, values: Array, keep: Array) -> sum_tree.SumTreeState:
     """Set leaves `indices [M]` to `values [M]` where `keep [M]`, then recompute every
     ancestor of those leaves, level by level, as the sum of its two children: each inner

@@ -15,7 +15,7 @@ does not depend on B (the number of environments per device), which only the rol
 reveal: `sample` takes it as a static argument, and it must stay the same for the life of
 the buffer (each device sees the same share of environments every update).
 
-Items are any pytree with boolean `terminated` and `truncated` fields (`[...]` per step),
+Items are any NamedTuple with boolean `terminated` and `truncated` fields (`[...]` per step),
 e.g. a `podracer.types.Trajectory`; a sample says which of its steps belong to the episode
 its first step belongs to.
 """
@@ -54,6 +54,12 @@ class SequenceReplay(NamedTuple):
                 (static). Only valid once `can_sample` holds.
     can_sample: `(state, num_envs) -> bool []`: at least one whole sequence is held.
     size:       `(state) -> int32 []`: steps held.
+    newest:     `(state, num_envs) -> steps [num_envs, ...]`: each environment's newest
+                stored step (meaningful once `num_envs` steps are held).
+    end_streams: `(state, ended [num_envs]) -> state`: each environment's newest stored step
+                is marked truncated where `ended` (and it has not already ended): its stream
+                does not go on into the next add (the environment restarted), so no sequence
+                treats the two streams as one episode.
     """
 
     init: Callable[[Any], Any]
@@ -61,6 +67,8 @@ class SequenceReplay(NamedTuple):
     sample: Callable[[Any, PRNGKey, int], SequenceSample]
     can_sample: Callable[[Any, int], Array]
     size: Callable[[Any], Array]
+    newest: Callable[[Any, int], Any]
+    end_streams: Callable[[Any, Array], Any]
 
 
 def make_sequence_replay(capacity: int, sequence_length: int, batch_size: int) -> SequenceReplay:
@@ -102,7 +110,20 @@ def make_sequence_replay(capacity: int, sequence_length: int, batch_size: int) -
         items = jax.tree.map(lambda x: x[0, positions], state.experience)
         return SequenceSample(items, same_episode(items.terminated | items.truncated))
 
-    return SequenceReplay(buffer.init, add, sample, can_sample, size)
+    def newest_positions(state: Any, num_envs: int) -> Array:
+        return (state.current_index - num_envs + jnp.arange(num_envs)) % capacity  # env b's at index b
+
+    def newest(state: Any, num_envs: int) -> Any:
+        return jax.tree.map(lambda x: x[0, newest_positions(state, num_envs)], state.experience)
+
+    def end_streams(state: Any, ended: Array) -> Any:
+        positions = newest_positions(state, ended.shape[0])
+        last = newest(state, ended.shape[0])
+        cut = ended & (size(state) >= ended.shape[0]) & ~last.terminated
+        truncated = state.experience.truncated.at[0, positions].set(last.truncated | cut)
+        return state.replace(experience=state.experience._replace(truncated=truncated))
+
+    return SequenceReplay(buffer.init, add, sample, can_sample, size, newest, end_streams)
 
 
 def stratified_starts(key: PRNGKey, num_starts: Array, batch_size: int) -> Array:

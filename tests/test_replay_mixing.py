@@ -71,6 +71,52 @@ def test_each_update_learns_from_its_fresh_rollout_and_whole_replayed_sequences(
     assert len(seen_starts) > 5  # replay spreads over the buffer, not one sequence
 
 
+def stream(n: int, first_time: int = 0) -> Trajectory:
+    """The n-th `[T, B]` rollout of environments that started at time `first_time`: step t of
+    env b observes `(first_time + n T + t, b)` and is followed by `(... + 1, b)`; no episode ends."""
+    time = first_time + n * T + np.arange(T)[:, None] + np.zeros((1, B))
+    env = np.zeros((T, 1)) + np.arange(B)[None]
+    obs = np.stack([time, env], -1).astype(np.float32)
+    next_obs = np.stack([time + 1, env], -1).astype(np.float32)
+    return Trajectory(obs=obs, action=np.zeros((T, B), np.int32), reward=np.ones((T, B), np.float32),
+                      terminated=np.zeros((T, B), bool), truncated=np.zeros((T, B), bool), next_obs=next_obs,
+                      extras={"log_prob": np.zeros((T, B), np.float32)})
+
+
+def test_replayed_sequences_end_where_the_environments_restarted():
+    """Sebulba restores the replay buffers on resume but restarts its environments: the steps
+    stored before the restart are then followed by another stream's. Each environment's last
+    stored step is marked truncated (it bootstraps from its own `next_obs`), so no replayed
+    sequence runs a V-trace trace or return from one stream into the other; a stream that goes
+    on is left alone."""
+
+    def update(state, traj, key):
+        return state.replace(update_count=state.update_count + 1), {
+            "obs": traj.obs, "truncated": traj.truncated, "terminated": traj.terminated}
+
+    inner = recording_agent()._replace(update=update)
+    agent = with_replay(inner, 0.5, capacity=20 * T * B, obs_spec=ObsSpec((2,), jnp.float32), axis_name=None)
+    state = agent.init(jax.random.key(0))
+    step = jax.jit(agent.update)
+    rollouts = [stream(0), stream(1), stream(0, 1000), stream(1, 1000), stream(2, 1000)]
+    crossings = 0
+    for n, traj in enumerate(rollouts):
+        for k in range(4):  # several samples per buffer state: every start is drawn
+            _, metrics = step(state, traj, jax.random.key(10 * n + k))
+            replayed = {key: np.asarray(metrics[key])[:, B:] for key in ("obs", "truncated")}
+            jumps = np.diff(replayed["obs"][..., 0], axis=0) != 1  # [T - 1, M]: the next step is another stream's
+            crossings += int(jumps.sum())
+            np.testing.assert_array_equal(replayed["truncated"][:-1][jumps], True)
+        state, _ = step(state, traj, jax.random.key(100 + n))
+    assert crossings > 0
+    stored = jax.tree.map(lambda x: np.asarray(x)[0, :5 * T * B].reshape((5, T, B) + x.shape[2:]),
+                          state.local.experience)
+    expected = np.zeros((5, T, B), bool)
+    expected[1, -1] = True  # the last step before the restart, in every environment
+    np.testing.assert_array_equal(stored.truncated, expected)
+    assert not stored.terminated.any()
+
+
 def test_replayed_per_update():
     assert replayed_per_update(0.5, 4) == 4
     assert replayed_per_update(0.75, 4) == 12

@@ -125,6 +125,11 @@ MUTATIONS: tuple[Mutation, ...] = (
       (("podracer/agents/replay_mixing.py", "inner, metrics = agent.update(state.replace(local=None), mixed, key)",
         "inner, metrics = agent.update(state.replace(local=None), traj, key)"),),
       ("tests/test_replay_mixing.py::test_each_update_learns_from_its_fresh_rollout_and_whole_replayed_sequences",)),
+    M("replay-mixing-splices-restarted-streams", "replayed sequences run from a restarted environment's old stream "
+      "into its new one",
+      (("podracer/agents/replay_mixing.py", "buffer.end_streams(state.local, ~stream_continues(buffer, state.local, "
+        "traj.obs, B))", "state.local"),),
+      ("tests/test_replay_mixing.py::test_replayed_sequences_end_where_the_environments_restarted",)),
     M("dqn-target-update-off-by-one", "DQN copies its target one gradient step early",
       (("podracer/agents/dqn.py", "due = steps.mod(config.target_update_period) == 0",
         "due = steps.add(1).mod(config.target_update_period) == 0"),),

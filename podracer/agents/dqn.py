@@ -53,7 +53,7 @@ from podracer.agents.dqn_config import DQNConfig
 from podracer.agents.registry import Algorithm
 from podracer.config import check
 from podracer.counters import Count
-from podracer.replay import Replay, ReplaySample, Transition, make_replay
+from podracer.replay import Replay, ReplaySample, Transition, make_replay, same_observations
 from podracer.types import (
     Agent,
     AgentState,
@@ -166,8 +166,7 @@ def stream_continues(replay: Replay, local: Any, obs: Array) -> Array:
     ended (the buffer's newest `B` slots, one per environment), so its stream goes on."""
     B = jax.tree.leaves(obs)[0].shape[0]
     previous = replay.get(local, replay.newest(local, B)).next_obs
-    same = [jnp.all((a == b).reshape(B, -1), axis=1) for a, b in zip(jax.tree.leaves(previous), jax.tree.leaves(obs))]
-    return (replay.size(local) >= B) & jnp.all(jnp.stack(same), axis=0)
+    return (replay.size(local) >= B) & same_observations(previous, obs)
 
 
 def transitions_at(replay: Replay, local: Any, indices: Array, envs: int, config: DQNConfig) -> Transition:

@@ -9,20 +9,31 @@ data as it corrects policy lag. Each update first adds its `[T, B]` rollout, the
 `[T, B + M]` concatenation: replay is available from the first update (then it re-reads
 fresh data) and the replay ratio is bounded by construction, each update replaying `M * T`
 steps for the `B * T` it adds.
+
+A replayed sequence may cross from one rollout into the next. Where an environment did not
+go on from its last stored step (Sebulba restarts its environments on resume, the buffers
+restored), that step is marked truncated before the rollout is added (`stream_continues`,
+as DQN's replay does): V-trace then bootstraps it from its own `next_obs` and cuts the trace
+there, instead of running it into another stream.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 
 from podracer import parallel
 from podracer.config import check
-from podracer.replay_sequence import make_sequence_replay
+from podracer.replay import same_observations
+from podracer.replay_sequence import SequenceReplay, make_sequence_replay
 from podracer.types import (
     Agent,
     AgentState,
+    Array,
     BatchShape,
+    Observation,
     ObservationSpec,
     Params,
     PRNGKey,
@@ -48,6 +59,13 @@ def check_replay(fraction: float, capacity: int, batch: BatchShape, field: str =
     check(batch.transitions <= capacity, "agent.replay_capacity",
           f"must hold one device's rollout of {batch.transitions} steps", capacity)
     return replayed
+
+
+def stream_continues(buffer: SequenceReplay, local: Any, obs: Observation, num_envs: int) -> Array:
+    """`bool [B]`: each environment's first observation of a rollout `obs [T, B, ...]` is the
+    `next_obs` its newest stored step ended in, so its stream goes on (False where the
+    environment restarted, as Sebulba's do when a run resumes with its buffers restored)."""
+    return same_observations(buffer.newest(local, num_envs).next_obs, jax.tree.map(lambda x: x[0], obs))
 
 
 def with_replay(agent: Agent, fraction: float, capacity: int, obs_spec: ObservationSpec,
@@ -78,7 +96,7 @@ def with_replay(agent: Agent, fraction: float, capacity: int, obs_spec: Observat
         replayed = replayed_per_update(fraction, B)
         buffer = make_sequence_replay(capacity, T, replayed)
         key, replay_key = jax.random.split(key)
-        local = buffer.add(state.local, traj)
+        local = buffer.add(buffer.end_streams(state.local, ~stream_continues(buffer, state.local, traj.obs, B)), traj)
         sample = buffer.sample(local, replay_key, B).items
         mixed = jax.tree.map(lambda fresh, old: jnp.concatenate([fresh, old.astype(fresh.dtype)], axis=1),
                              traj, sample)
