@@ -38,8 +38,9 @@ from experiments.cli_process import (
     use_cpu_devices,
 )
 from experiments.cli_train import cmd_launch_local, cmd_train, cmd_train_help, resolve_config
+from experiments.startup import StartupError
 from podracer.config import ConfigError
-from podracer.distributed import DistributedError
+from podracer.distributed import ANNOUNCE_TIMEOUT_S, DistributedError, failure, process_id
 from podracer.envs.prefix.synthesis import SynthesisError
 from podracer.runner import NonFiniteError
 
@@ -91,19 +92,18 @@ def main(argv: list[str] | None = None) -> None:
             cmd_bench(args.arch, args.preset, rest, args.json, args.seconds, args.compare_reference)
         elif args.command in ("prefix-baseline", "prefix-front"):
             cmd_prefix(args)
-    except ConfigError as error:  # in a multi-process run every process meets it (checked together)
+    except StartupError as error:  # every process of a multi-process run meets it (checked together)
+        fail(str(error))
+    except ConfigError as error:  # in a multi-process run, maybe this process's alone (a damaged shard)
+        if joined_other_processes():
+            leave_the_run(USAGE_ERROR, f"podracer: error: {error}")
         fail(str(error))
     except NonFiniteError as error:
-        print(f"podracer: error: {error}", file=sys.stderr)
-        raise SystemExit(RUN_FAILED) from None
+        leave_the_run(RUN_FAILED, f"podracer: error: {error}")
     except SynthesisError as error:  # the tools ran and failed: not a usage error, not a bug of ours
-        print(f"podracer: error: synthesis failed: {error}".replace("\n", " "), file=sys.stderr)
-        if joined_other_processes():
-            leave_the_run(RUN_FAILED)
-        raise SystemExit(RUN_FAILED) from None
+        leave_the_run(RUN_FAILED, f"podracer: error: synthesis failed: {error}".replace("\n", " "))
     except DistributedError as error:
-        print(f"podracer: error: {error}", file=sys.stderr)
-        leave_the_run(RUN_FAILED)
+        leave_the_run(RUN_FAILED, f"podracer: error: {error}")
     except KeyboardInterrupt:
         print("podracer: interrupted", file=sys.stderr)
         raise SystemExit(130) from None
@@ -113,8 +113,13 @@ def main(argv: list[str] | None = None) -> None:
     except Exception:
         if not joined_other_processes():
             raise
-        traceback.print_exc()  # its notes name the wait on the other processes, if any
-        leave_the_run(RUN_FAILED)
+        failed = failure(ANNOUNCE_TIMEOUT_S)
+        if failed is not None:  # this error follows another process's failure (a broken connection to it)
+            other, message = failed
+            leave_the_run(RUN_FAILED, f"podracer: error: process {other} failed: {message} (process {process_id()} "
+                          "stops with it)")
+        # Its notes name the wait on the other processes, if any.
+        leave_the_run(RUN_FAILED, traceback.format_exc().rstrip("\n"))
     if code:
         raise SystemExit(code)
 

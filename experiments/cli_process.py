@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from typing import NoReturn
 
 from experiments.cli_parser import fail
@@ -95,13 +96,30 @@ def joined_other_processes() -> bool:
     return jax.distributed.is_initialized()
 
 
-def leave_the_run(code: int) -> NoReturn:
-    """Exit at once from a multi-process run that failed here (a lost or stuck process, a
-    wait past its deadline): the ordinary exit would first wait in JAX's shutdown barrier
-    for processes that may never come. Those left are stopped by JAX (or their own
-    deadlines) once this one is gone."""
+def leave_the_run(code: int, message: str | None = None) -> NoReturn:
+    """Print `message` (if any) to stderr and exit with `code`. From a multi-process run
+    that failed here (a lost or stuck process, a wait past its deadline, an error of this
+    process alone), exit at once: the ordinary exit would first wait in JAX's shutdown
+    barrier for processes that may never come. The others, told of the failure
+    (`experiments.train.run_session`), leave too; process 0, whose exit ends the
+    coordination service, leaves last (`distributed.leave`). If the watchdog is leaving
+    already (a deadline, or another process's failure), its line is the one: this thread
+    prints nothing and waits for it to end the process."""
     if not joined_other_processes():
+        if message:
+            print(message, file=sys.stderr)
         raise SystemExit(code)
+    from podracer import distributed
+
+    if not distributed.start_leaving():
+        time.sleep(LEAVING_S)  # the watchdog's thread ends the process meanwhile
+    elif message:
+        print(message, file=sys.stderr)
     sys.stdout.flush()
     sys.stderr.flush()
+    distributed.leave()
     os._exit(code)
+
+
+# Longer than the watchdog takes to leave (its announcements and process 0's wait for the others).
+LEAVING_S = 30.0

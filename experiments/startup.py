@@ -32,6 +32,13 @@ from podracer import config as config_lib
 from podracer import distributed
 from podracer.config import Config, ConfigError
 
+
+class StartupError(ConfigError):
+    """A start-up step that failed on every process at once: each process computes it from
+    the same gathered values and raises it, so none needs telling (unlike a failure of one
+    process later, which `distributed.announce_failure` tells the others)."""
+
+
 MARKER_PREFIX = ".podracer-marker-"
 MARKER_WAIT_S = 10.0  # how long a process looks for process 0's marker (file systems cache lookups)
 PROCESS_SPECIFIC = ("run_dir", "distributed.process_id", "distributed.coordinator")
@@ -39,17 +46,17 @@ PROCESS_SPECIFIC = ("run_dir", "distributed.process_id", "distributed.coordinato
 
 def gather(step: str, value: dict[str, Any], timeout_s: float) -> list[dict[str, Any]]:
     """Every process's `value` for start-up step `step`; raises the first `error` any of
-    them reports (this process's own first), as a ConfigError on every process."""
+    them reports (this process's own first), as a StartupError on every process."""
     if distributed.process_count() == 1:
         values = [value]
     else:
         values = distributed.exchange(f"the start-up step '{step}'", value, timeout_s)
     me = distributed.process_id()
     if value.get("error"):
-        raise ConfigError(value["error"])
+        raise StartupError(value["error"])
     for other, theirs in enumerate(values):
         if other != me and theirs.get("error"):
-            raise ConfigError(f"process {other}: {theirs['error']}")
+            raise StartupError(f"process {other}: {theirs['error']}")
     return values
 
 
@@ -90,6 +97,17 @@ def first_difference(a: Any, b: Any, path: str = "") -> tuple[str, Any, Any] | N
     return None if a == b else (path, a, b)
 
 
+def check_same_session(values: list[dict[str, Any]]) -> None:
+    """StartupError unless every process resumes, or every process starts a new run: one
+    given `--resume` and another a preset would go separate ways (one restoring a checkpoint
+    while the other starts afresh) and meet only at a wait's deadline."""
+    for other, theirs in enumerate(values[1:], start=1):
+        if theirs["resume"] != values[0]["resume"]:
+            says = {True: "resumes the run (--resume)", False: "starts a new run (a preset)"}
+            raise StartupError(f"process {other} {says[theirs['resume']]} but process 0 {says[values[0]['resume']]}: "
+                               "give every process the same command")
+
+
 def check_same_config(values: list[dict[str, Any]]) -> None:
     """ConfigError naming the first process and field that differ from process 0."""
     reference = values[0]
@@ -97,8 +115,8 @@ def check_same_config(values: list[dict[str, Any]]) -> None:
         if theirs["hash"] == reference["hash"]:
             continue
         path, ours, different = first_difference(reference["config"], theirs["config"]) or ("config", "?", "?")
-        raise ConfigError(f"process {other} has {path}={different!r} but process 0 has {path}={ours!r}: every "
-                          "process of a run needs the same preset and overrides")
+        raise StartupError(f"process {other} has {path}={different!r} but process 0 has {path}={ours!r}: every "
+                           "process of a run needs the same preset and overrides")
 
 
 def agreed_run_dir(values: list[dict[str, Any]]) -> str:
@@ -107,18 +125,21 @@ def agreed_run_dir(values: list[dict[str, Any]]) -> str:
     for other, theirs in enumerate(values[1:], start=1):
         given = theirs["run_dir"]
         if given is not None and os.path.normpath(given) != os.path.normpath(leader):
-            raise ConfigError(f"process {other} has run_dir {given!r} but process 0 has {leader!r}: every process "
-                              "of a run uses one run directory (give every process the same --run-dir, or give "
-                              "none and process 0 picks it)")
+            raise StartupError(f"process {other} has run_dir {given!r} but process 0 has {leader!r}: every process "
+                               "of a run uses one run directory (give every process the same --run-dir, or give "
+                               "none and process 0 picks it)")
     return leader
 
 
-def agree_on_config(config: Config, run_dir: str | None, error: str | None, timeout_s: float) -> Config:
+def agree_on_config(config: Config, run_dir: str | None, error: str | None, timeout_s: float,
+                    resume: bool = False) -> Config:
     """Step 1 and 2: the config every process agrees on, with process 0's `run_dir`
-    (`run_dir` is what this process was given, or process 0's choice)."""
+    (`run_dir` is what this process was given, or process 0's choice). `resume`: this
+    process continues the run in `run_dir` (`--resume`) rather than starting one."""
     data = comparable(config)
-    values = gather("config", {"config": data, "hash": fingerprint(data), "run_dir": run_dir, "error": error},
-                    timeout_s)
+    values = gather("config", {"config": data, "hash": fingerprint(data), "run_dir": run_dir, "error": error,
+                               "resume": resume}, timeout_s)
+    check_same_session(values)
     check_same_config(values)
     return dataclasses.replace(config, run_dir=agreed_run_dir(values))
 
@@ -135,7 +156,7 @@ def check_shared_storage(run_dir: str, prepare: Callable[[], None], timeout_s: f
             _, error = attempt(lambda: _write_marker(marker))
     if not multiprocess:
         if error:
-            raise ConfigError(error)
+            raise StartupError(error)
         return
     name = gather("run directory", {"marker": os.path.basename(marker), "error": error}, timeout_s)[0]["marker"]
     seen = leader or _appears(os.path.join(run_dir, name), min(MARKER_WAIT_S, timeout_s))
@@ -145,9 +166,9 @@ def check_shared_storage(run_dir: str, prepare: Callable[[], None], timeout_s: f
     blind = [other for other, value in enumerate(values) if not value["seen"]]
     if blind:
         names = ", ".join(map(str, blind))
-        raise ConfigError(f"run_dir {run_dir!r} is not on storage every process can see: process {names} cannot see "
-                          "the files process 0 writes there; a multi-process run keeps its checkpoints in one "
-                          "directory on a shared file system (the same path on every host)")
+        raise StartupError(f"run_dir {run_dir!r} is not on storage every process can see: process {names} cannot see "
+                           "the files process 0 writes there; a multi-process run keeps its checkpoints in one "
+                           "directory on a shared file system (the same path on every host)")
 
 
 def _write_marker(path: str) -> None:
@@ -172,6 +193,6 @@ def check_same_checkpoint(values: list[dict[str, Any]], run_dir: str) -> None:
     same latest one in `run_dir`."""
     for other, theirs in enumerate(values[1:], start=1):
         if theirs["updates"] != values[0]["updates"]:
-            raise ConfigError(f"process {other} finds the checkpoint of update {theirs['updates']} latest in "
-                              f"{run_dir!r} but process 0 finds update {values[0]['updates']}: the processes do not "
-                              "see the same run directory")
+            raise StartupError(f"process {other} finds the checkpoint of update {theirs['updates']} latest in "
+                               f"{run_dir!r} but process 0 finds update {values[0]['updates']}: the processes do not "
+                               "see the same run directory")

@@ -174,7 +174,7 @@ def resume(
     with run_session(dist, should_stop) as waits:
         saved, error = startup.attempt(lambda: load_run_config(run_dir))
         config = dataclasses.replace(saved or _placeholder(), run_dir=run_dir, distributed=dist)
-        config = startup.agree_on_config(config, run_dir, error, dist.timeout_s)
+        config = startup.agree_on_config(config, run_dir, error, dist.timeout_s, resume=True)
         runner = runner_for(config)
         prepared = check_setup(runner, config, waits)
         startup.check_shared_storage(run_dir, lambda: None, dist.timeout_s)
@@ -265,7 +265,9 @@ def check_setup(runner: Any, config: Config, waits: Waits, new_run: bool = False
 @contextlib.contextmanager
 def run_session(config: DistributedConfig, should_stop: Callable[[], bool] | None) -> Iterator[Waits]:
     """Join the run's processes; with several, watch every wait on the others (and a stop
-    signal) for the session's duration. Yields the `Waits` that the runner marks."""
+    signal) for the session's duration, and announce an error that ends this process's
+    session to the others (but for a start-up check's, which every process raises).
+    Yields the `Waits` that the runner marks."""
     if not distributed.is_multiprocess(config):
         distributed.new_session()
         yield NO_WAITS
@@ -279,10 +281,24 @@ def run_session(config: DistributedConfig, should_stop: Callable[[], bool] | Non
         distributed.new_session()
         watchdog.connected = True
         yield watchdog
+    except Exception as error:
+        # A failure of this process alone (a damaged shard only it reads) is told to the
+        # others, whose watchdogs end them at once; not one that follows another's.
+        if watchdog.connected and not isinstance(error, startup.StartupError) and \
+                distributed.failure(distributed.ANNOUNCE_TIMEOUT_S) is None:
+            distributed.announce_failure(failure_line(error))
+        raise
     finally:
         if unlisten is not None:
             unlisten()
         watchdog.close()
+
+
+def failure_line(error: BaseException) -> str:
+    """`error` in one line for the other processes: a ConfigError's message as it is, any
+    other error with its type."""
+    text = (str(error).strip().splitlines() or [""])[0]
+    return text if isinstance(error, ConfigError) else f"{type(error).__name__}: {text}"
 
 
 class WatchedCheckpoints:

@@ -7,6 +7,12 @@ waits forever, and Python runs no signal handler until it returns. A `Watchdog` 
 holds every wait marked with `waiting(what)` to `timeout_s`, and a stop signal to
 `stop_timeout_s`; past either it prints one line naming the wait and where the other
 processes are, and ends the process (`os._exit`: nothing else can).
+
+A process that fails on its own (a damaged shard of a checkpoint that only it reads, an
+error in its environment) announces it (`distributed.announce_failure`) and leaves; every
+other process's watchdog asks for an announcement every `FAILURE_POLL_S` and ends its
+process too, naming the failed process and its error, instead of waiting on it in a
+collective until `timeout_s`.
 """
 
 from __future__ import annotations
@@ -22,10 +28,12 @@ from typing import Any, Callable, Iterator
 
 from podracer import distributed
 
-WAIT_FAILED = 1  # exit status after a wait past its deadline
+WAIT_FAILED = 1  # exit status after a wait past its deadline, or when another process failed
 REPORT_AFTER_S = 1.0  # a wait longer than this is published for the other processes' diagnoses
 DIAGNOSIS_TIMEOUT_S = 5.0  # asking the coordination service where the others are
 POLL_S = 0.1
+FAILURE_POLL_S = 0.5  # how often a process asks whether another one has failed
+CLOSE_WAIT_S = 2.0  # the longest `close` waits for that question's answer
 
 
 class Watchdog:
@@ -54,15 +62,22 @@ class Watchdog:
         self._reports: queue.Queue = queue.Queue()
         self._thread = threading.Thread(target=self._watch, name="podracer-watchdog", daemon=True)
         self._reporter = threading.Thread(target=self._report_loop, name="podracer-wait-reports", daemon=True)
+        self._failures = threading.Thread(target=self._failure_loop, name="podracer-failures", daemon=True)
+        self._failing = False
 
     def start(self) -> "Watchdog":
         self._thread.start()
         self._reporter.start()
+        self._failures.start()
         return self
 
     def close(self) -> None:
         self._closed.set()
         self._reports.put(None)
+        if self._failures.is_alive() and threading.current_thread() is not self._failures:
+            # No RPC of this thread may be in flight when the process exits: JAX's client
+            # aborts the process (std::terminate) if one is.
+            self._failures.join(CLOSE_WAIT_S)
 
     def __enter__(self) -> "Watchdog":
         return self.start()
@@ -139,6 +154,16 @@ class Watchdog:
             except Exception:  # noqa: BLE001 - a report is a courtesy to the others' diagnoses
                 pass
 
+    def _failure_loop(self) -> None:
+        """Ends this process as soon as another one announces that it failed (one short
+        RPC per poll, off the deadline thread)."""
+        while not self._closed.wait(FAILURE_POLL_S):
+            found = distributed.failure() if self.connected else None
+            if found is not None and not self._closed.is_set():  # closed: leaving with its own error
+                self._fail(WAIT_FAILED, f"process {found[0]} failed: {found[1]} (process {self.process_id} stops "
+                           "with it)", announce=False)
+                return
+
     def _diagnose(self, what: str) -> str:
         if not self.connected:
             return "not every process has joined the run"
@@ -155,7 +180,19 @@ class Watchdog:
         asking.join(DIAGNOSIS_TIMEOUT_S)
         return answer[0] if answer else "the coordination service (process 0) did not answer"
 
-    def _fail(self, status: int, message: str) -> None:
+    def _fail(self, status: int, message: str, announce: bool = True) -> None:
+        """Print `message`, tell the other processes (unless it repeats another's failure:
+        `announce=False`) and exit; only the first failure of any thread does."""
+        with self._lock:
+            if self._failing:
+                return
+            self._failing = True
+        if self.connected and not distributed.start_leaving():
+            return  # the main thread is leaving with its own error
         print(f"podracer: error: {message}", file=sys.stderr, flush=True)
+        if self.connected:
+            if announce:
+                distributed.announce_failure(message)
+            distributed.leave()
         self._exit(status)
         self._closed.set()  # (`os._exit` never returns; a test's `exit` does)

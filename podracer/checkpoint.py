@@ -201,10 +201,10 @@ class Checkpointer:
         `CheckpointReadError` naming the step, its directory and what to do."""
         try:
             return self._manager.restore(step, args=args)
-        except (FileNotFoundError, EOFError, ValueError) as error:
-            if isinstance(error, ValueError) and not isinstance(error, json.JSONDecodeError) and \
-                    not any(status in str(error) for status in _DAMAGE):
-                raise  # not the files (a bad target, a wrong argument): as it is
+        except Exception as raised:  # noqa: BLE001 - classified below, anything else re-raised as it is
+            error = _damage(raised)
+            if error is None:
+                raise  # not the files (a bad target, a wrong argument, device memory): as it is
             earlier = [s for s in self.all_steps() if s < step]
             fallback = (f"if it is damaged, move {os.path.join(self.directory, str(step))} aside to use the "
                         f"checkpoint of update {max(earlier)}" if earlier else "no earlier checkpoint is kept")
@@ -213,7 +213,22 @@ class Checkpointer:
             raise CheckpointReadError(
                 f"the checkpoint of update {step} in {self.directory} cannot be read ({type(error).__name__}: "
                 f"{cause}); {fallback}"
-            ) from error
+            ) from raised
+
+
+def _damage(error: BaseException) -> BaseException | None:
+    """The error in `error`'s chain that says a checkpoint's files are damaged, or None.
+    Orbax wraps tensorstore's error for one array's chunk (`ValueError: NOT_FOUND: chunk
+    ... is missing`, `OUT_OF_RANGE`) in a bare `Exception` naming only the array index."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, (FileNotFoundError, EOFError, json.JSONDecodeError)):
+            return error
+        if isinstance(error, ValueError) and any(status in str(error) for status in _DAMAGE):
+            return error
+        error = error.__cause__
+    return None
 
 
 def _is_key(x: Any) -> bool:

@@ -15,10 +15,12 @@ processes are missing and where they are (`describe_others`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
+import threading
 import time
 from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import jax
 import numpy as np
@@ -188,6 +190,80 @@ def describe_others(what: str, missing: list[int] | None = None) -> str:
         else:
             parts.append(f"process {other} has not reached it (it is busy, stuck or gone)")
     return "; ".join(parts) if parts else "every other process is waiting for it too"
+
+
+ANNOUNCE_TIMEOUT_S = 5.0  # the longest an announcement to the coordination service may take
+LEAVE_TIMEOUT_S = 2.0  # the longest process 0 waits for the others to leave a failed run
+LEAVE_GRACE_S = 0.2
+
+
+def announce_failure(message: str) -> None:
+    """Tell the other processes that this one fails with `message` (one line) and leaves
+    the run: their watchdogs (`experiments.watchdog`), which ask for one (`failure`), then
+    end them at once, rather than when a wait on this process passes its deadline. The first
+    announcement of a session stands (later ones are refused). Best effort, within
+    `ANNOUNCE_TIMEOUT_S` (the coordinator may be gone)."""
+    client, value = _state().client, json.dumps({"process": process_id(), "message": message})
+    _bounded(lambda: client.key_value_set(_key("failed"), value), ANNOUNCE_TIMEOUT_S)
+
+
+def failure(timeout_s: float | None = None) -> tuple[int, str] | None:
+    """`(process, message)` if another process has announced a failure, else None (also
+    when the coordination service does not answer, within `timeout_s` if given). One
+    short RPC."""
+    me, client = process_id(), _state().client
+
+    def ask() -> tuple[int, str] | None:
+        announced = json.loads(client.key_value_try_get(_key("failed")))  # NOT_FOUND: none
+        return (announced["process"], announced["message"]) if announced["process"] != me else None
+
+    return _ask_safely(ask) if timeout_s is None else _bounded(ask, timeout_s)
+
+
+_leaving = threading.Lock()
+
+
+def start_leaving() -> bool:
+    """True for the first thread of this process to leave a failed run (the main thread
+    with its error, or the watchdog's with a deadline or another process's failure): only
+    that one prints its line and exits, so a process says one thing."""
+    return _leaving.acquire(blocking=False)
+
+
+def leave() -> None:
+    """This process leaves a failed run now: it says so, and process 0, which hosts the
+    coordination service (its end aborts every other process with JAX's fatal "the
+    distributed service detected fatal errors"), first waits up to `LEAVE_TIMEOUT_S` for
+    the others to say so too, so that each exits with its own message and status."""
+    client, me = _state().client, process_id()
+    _bounded(lambda: client.key_value_set(_key("left", str(me)), "", allow_overwrite=True), ANNOUNCE_TIMEOUT_S)
+    if me != 0:
+        return
+    deadline = time.monotonic() + LEAVE_TIMEOUT_S
+    for other in range(1, process_count()):
+        remaining_ms = int((deadline - time.monotonic()) * 1000)
+        left = functools.partial(client.blocking_key_value_get, _key("left", str(other)), remaining_ms)
+        if remaining_ms <= 0 or _ask_safely(left) is None:
+            return  # one that died or is stuck: leave anyway
+    time.sleep(LEAVE_GRACE_S)  # from its announcement to its exit
+
+
+def _ask_safely(call: Callable[[], Any]) -> Any:
+    """`call()`, or None if it raised (a coordination service that is gone or past a deadline)."""
+    try:
+        return call()
+    except Exception:  # noqa: BLE001 - best effort: the caller is leaving the run either way
+        return None
+
+
+def _bounded(call: Callable[[], Any], timeout_s: float) -> Any:
+    """`_ask_safely(call)` in a helper thread, given up on (None) after `timeout_s`: an RPC to
+    a coordinator that is stuck may never return."""
+    answer: list[Any] = []
+    thread = threading.Thread(target=lambda: answer.append(_ask_safely(call)), daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    return answer[0] if answer else None
 
 
 def _state() -> Any:

@@ -301,3 +301,18 @@ def assert_buffers_per_device_and_params_replicated(state, held: int) -> None:
         copy = np.asarray(leaf.addressable_shards[0].data)
         for shard in leaf.addressable_shards[1:]:
             np.testing.assert_array_equal(np.asarray(shard.data), copy)
+
+
+def remove_chunks(state_dir, select) -> list[str]:
+    """Remove from a committed orbax checkpoint's array store (`<step>/state`, an OCDBT
+    database) the chunks whose keys `select` accepts, e.g. `envs.obs/0.3.0.0`, the part of
+    an array sharded over 4 devices that the 4th holds: a checkpoint damaged in only the
+    shards that one process of a multi-process run reads. Returns the removed keys."""
+    import tensorstore as ts
+
+    store = ts.KvStore.open({"driver": "ocdbt", "base": f"file://{os.path.abspath(state_dir)}/"}).result()
+    removed = [key.decode() for key in store.list().result() if select(key.decode())]
+    for key in removed:
+        store.delete_range(ts.KvStore.KeyRange(key, key + "\x00")).result()
+    assert removed, "no chunk matched"
+    return removed

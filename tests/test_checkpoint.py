@@ -25,7 +25,7 @@ from podracer.checkpoint import (
     Progress,
 )
 from tests.checkpoint_writer import state_for
-from tests.helpers import REPO, assert_trees_equal, subprocess_env
+from tests.helpers import REPO, assert_trees_equal, remove_chunks, subprocess_env
 
 
 def sharded_state(mesh, value):
@@ -75,10 +75,11 @@ def test_mismatched_shapes_name_the_leaf_and_empty_dirs_say_so(tmp_path):
         Checkpointer(str(tmp_path / "missing"), read_only=True)
 
 
-@pytest.mark.parametrize("damage", ["truncated", "emptied", "host_removed"])
+@pytest.mark.parametrize("damage", ["truncated", "emptied", "host_removed", "chunk_removed"])
 def test_a_damaged_latest_checkpoint_is_a_clear_error_naming_the_fallback(tmp_path, damage):
     """A checkpoint damaged after orbax committed it (its array data cut short or emptied,
-    its host counters removed) is a one-line `CheckpointReadError` naming its step and the
+    its host counters removed, one device's chunk of a sharded array gone: orbax wraps that
+    error in a bare `Exception`) is a one-line `CheckpointReadError` naming its step and the
     earlier checkpoint to fall back to; moved aside, the earlier one restores."""
     mesh = parallel.make_mesh(jax.devices()[:4], "device")
     with Checkpointer(str(tmp_path)) as checkpoints:
@@ -87,6 +88,8 @@ def test_a_damaged_latest_checkpoint_is_a_clear_error_naming_the_fallback(tmp_pa
     latest = tmp_path / "2"
     if damage == "host_removed":
         os.remove(latest / "host" / "metadata")
+    elif damage == "chunk_removed":
+        assert remove_chunks(latest / "state", lambda key: key == "envs/0.3") == ["envs/0.3"]
     else:
         for data in (latest / "state" / "d").iterdir():  # the committed array data
             with open(data, "r+b") as f:

@@ -62,6 +62,32 @@ def test_a_stop_signal_ends_the_process_after_the_stop_timeout(capsys):
         "for the stop agreement after update 7" in err
 
 
+def test_another_process_failing_ends_this_one_at_once_naming_its_error(capsys, monkeypatch):
+    """A process that fails on its own (a damaged shard only it reads) announces it; every
+    other process's watchdog, asking every FAILURE_POLL_S, ends its process at once,
+    naming that process and its error, without waiting for a deadline or telling the
+    others a failure of its own."""
+    from podracer import distributed
+
+    announced, left, found = [], [], []
+
+    monkeypatch.setattr(distributed, "failure", lambda timeout_s=None: found[0] if found else None)
+    monkeypatch.setattr(distributed, "announce_failure", announced.append)
+    monkeypatch.setattr(distributed, "leave", lambda: left.append(True))
+    monkeypatch.setattr(distributed, "start_leaving", lambda: True)
+    dog, exits = watch()
+    dog.connected = True
+    with dog.waiting("restoring the latest checkpoint"):
+        time.sleep(0.5)
+        assert exits == []
+        found.append((0, "the checkpoint of update 2 in runs/x/checkpoints cannot be read (...)"))
+        wait_for(lambda: exits, within_s=2.0)
+    dog.close()
+    assert exits == [1] and announced == [] and left == [True]
+    assert capsys.readouterr().err == ("podracer: error: process 0 failed: the checkpoint of update 2 in "
+                                       "runs/x/checkpoints cannot be read (...) (process 1 stops with it)\n")
+
+
 def test_ctrl_c_twice_ends_the_process_at_once():
     dog, exits = watch()
     dog.notice_signal(signal.SIGINT)

@@ -6,6 +6,7 @@ cluster example does (gloo collectives on 127.0.0.1), with short deadlines; ever
 a process has a timeout, so a hang fails the test.
 """
 
+import json
 import signal
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import pytest
 
 from experiments.launch import free_port, process_command
 from podracer.checkpoint import Checkpointer, checkpoint_dir
-from tests.helpers import read_rows, subprocess_env
+from tests.helpers import read_rows, remove_chunks, subprocess_env
 
 DEADLINES = ["--distributed.timeout-s", "60", "--distributed.stop-timeout-s", "8",
              "--distributed.heartbeat-timeout-s", "30"]
@@ -31,9 +32,9 @@ SEBULBA = ["ppo-cartpole-sebulba", "--arch.num-envs", "4", "--arch.rollout-lengt
            "--total-env-steps", str(4 * 16 * 12), "--checkpoint.every-updates", "2", *QUIET]
 
 
-def start(train_args, port, process_id, cwd, hook=(), num_processes=2):
+def start(train_args, port, process_id, cwd, hook=(), num_processes=2, deadlines=DEADLINES):
     """Process `process_id` of a run, started the way the README's cluster example does."""
-    command = process_command([*train_args, *DEADLINES], port, num_processes, process_id)
+    command = process_command([*train_args, *deadlines], port, num_processes, process_id)
     return subprocess.Popen([sys.executable, "-m", "tests.multiprocess_cli", *hook, *command[3:]], cwd=cwd, env=subprocess_env(2),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -59,14 +60,21 @@ def error_line(err):
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_processes_that_disagree_fail_at_start_on_every_process(tmp_path):
-    """Another --run-dir, another config value, or a run directory a process cannot see:
-    one line naming it on every process, exit 2, before anything compiles."""
+    """Another --run-dir, another config value, a run directory a process cannot see, or
+    one process resuming a run while another starts one: one line naming it on every
+    process, exit 2, before anything compiles."""
+    from experiments.cli import resolve_config
+    from podracer import config as config_lib
+
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
+    (tmp_path / "saved").mkdir()
+    (tmp_path / "saved" / "config.json").write_text(json.dumps(config_lib.to_dict(resolve_config(ANAKIN[0], ANAKIN[1:]))))
     cases = {
         "run_dir": [[*ANAKIN, "--run-dir", str(tmp_path / f"p{i}")] for i in range(2)],
         "num_envs": [[*SEBULBA, "--arch.num-envs", envs] for envs in ("4", "8")],
         "seed": [[*ANAKIN, "--seed", seed] for seed in ("0", "1")],
+        "session": [["--resume", str(tmp_path / "saved")], ANAKIN],
     }
     procs = {name: [start(args[i], port, i, tmp_path) for i in range(2)]
              for (name, args), port in zip(cases.items(), [free_port() for _ in cases])}
@@ -77,6 +85,7 @@ def test_processes_that_disagree_fail_at_start_on_every_process(tmp_path):
         "run_dir": f"process 1 has run_dir '{tmp_path / 'p1'}' but process 0 has '{tmp_path / 'p0'}'",
         "num_envs": "process 1 has arch.num_envs=8 but process 0 has arch.num_envs=4",
         "seed": "process 1 has seed=1 but process 0 has seed=0",
+        "session": "process 1 starts a new run (a preset) but process 0 resumes the run (--resume)",
         "storage": "is not on storage every process can see: process 1 cannot see",
     }
     for name, pair in procs.items():
@@ -86,6 +95,36 @@ def test_processes_that_disagree_fail_at_start_on_every_process(tmp_path):
             assert expected[name] in error_line(err), name
     assert not (tmp_path / "p1").exists() and not (tmp_path / "b" / "run").exists()
     assert not any((tmp_path / "a" / "run").glob(".podracer-marker-*"))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_checkpoint_shard_damaged_for_one_process_ends_every_process_at_once(tmp_path):
+    """A resume whose latest checkpoint lost the chunks that only process 1 reads (its
+    devices' environments): process 1 exits 2 with the CheckpointReadError's line, and
+    process 0, which restored its own shards, exits within seconds naming process 1's
+    error, rather than waiting on process 1 in a collective until distributed.timeout_s."""
+    from experiments import train as train_lib
+    from experiments.cli import resolve_config
+
+    run_dir = tmp_path / "run"
+    config = resolve_config(ANAKIN[0], [*ANAKIN[1:], "--run-dir", str(run_dir)])
+    assert train_lib.train(config, should_stop=lambda: True).stopped  # checkpoint 2, on this process's 4 devices
+    removed = remove_chunks(run_dir / "checkpoints" / "2" / "state",
+                            lambda key: key.startswith("envs.") and key.split("/")[1].startswith("0.3"))
+    assert "envs.obs/0.3.0.0" in removed  # device 3 of 4: process 1's second device
+
+    port, begin = free_port(), time.monotonic()
+    deadlines = ["--distributed.timeout-s", "120", *DEADLINES[2:]]
+    procs = [start(["--resume", str(run_dir)], port, i, tmp_path, deadlines=deadlines) for i in range(2)]
+    code, _, err, _ = finish(procs[1], 110)
+    assert code == 2, err[-3000:]
+    damaged = f"the checkpoint of update 2 in {run_dir / 'checkpoints'} cannot be read (ValueError: NOT_FOUND"
+    assert error_line(err).startswith(f"podracer: error: {damaged}")
+    code, _, err, waited = finish(procs[0], 110)
+    assert code == 1 and waited < 15, err[-3000:]
+    assert error_line(err).startswith(f"podracer: error: process 1 failed: {damaged}")
+    assert time.monotonic() - begin < 60  # well before the deadline (120 s) of a wait on process 1
 
 
 def latest_checkpoint(run_dir):

@@ -203,6 +203,20 @@ MUTATIONS: tuple[Mutation, ...] = (
       (("experiments/cli_parser.py", 'kwargs.setdefault("allow_abbrev", False)',
         'kwargs.setdefault("allow_abbrev", True)'),),
       ("tests/test_cli.py::test_an_override_is_never_taken_for_an_option_it_abbreviates",)),
+    M("damage-cause-not-read", "a chunk of a checkpoint removed (orbax wraps the error) is not called damage",
+      (("podracer/checkpoint.py", "        error = error.__cause__\n", "        error = None\n"),),
+      ("tests/test_checkpoint.py::test_a_damaged_latest_checkpoint_is_a_clear_error_naming_the_fallback",)),
+    M("one-process-failure-untold", "a process failing on its own leaves the others waiting until their deadline",
+      (("experiments/train.py", "            distributed.announce_failure(failure_line(error))\n",
+        "            pass\n"),),
+      ("tests/test_multiprocess.py::test_a_checkpoint_shard_damaged_for_one_process_ends_every_process_at_once",)),
+    M("failures-ignored", "a watchdog does not end its process when another process announces a failure",
+      (("experiments/watchdog.py", "            if found is not None and not self._closed.is_set():",
+        "            if False:"),),
+      ("tests/test_deadlines.py::test_another_process_failing_ends_this_one_at_once_naming_its_error",)),
+    M("resume-and-new-run-mixed", "one process resumes a run while another starts one (they meet at a deadline)",
+      (("experiments/startup.py", "    check_same_session(values)\n", ""),),
+      ("tests/test_multiprocess.py::test_processes_that_disagree_fail_at_start_on_every_process",)),
 )
 
 
