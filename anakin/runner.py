@@ -70,6 +70,10 @@ class Completion:
         self._thread.join()
         return self._time
 
+    def join(self, timeout: float) -> None:
+        """Wait up to `timeout` seconds for the outputs to be ready."""
+        self._thread.join(timeout)
+
 
 class _Call(NamedTuple):
     """A dispatched host call whose metrics have not been read yet."""
@@ -192,11 +196,20 @@ def train(
             state, launched = _dispatch(train_call, state, dispatched + 1, n, crosses, waits)
             dispatched += n
         if pending is not None:
-            with waits.waiting(pending.label):
-                progress, row = _finish(pending, progress, s.sizes, config.arch.num_seeds, clock, hooks,
-                                        step_metrics)
-            rows.append(row)
-            hooks.emit(row)
+            try:
+                with waits.waiting(pending.label):
+                    progress, row = _finish(pending, progress, s.sizes, config.arch.num_seeds, clock, hooks,
+                                            step_metrics)
+                rows.append(row)
+                hooks.emit(row)
+            except BaseException:
+                if launched is not None:
+                    # The next call is in flight: let it end before the error does (an
+                    # interpreter that exits while a thread waits on a running XLA program
+                    # aborts, SIGABRT, instead of reporting the error); bounded, in case
+                    # another process is gone and its collectives never complete.
+                    launched.completion.join(config.distributed.timeout_s)
+                raise
             if launched is None:
                 hooks.save(state, progress)  # the state right after `pending`
             if stop:

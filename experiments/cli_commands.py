@@ -72,6 +72,8 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 def cmd_plot(args: argparse.Namespace) -> None:
     from experiments.plot import plot_runs
 
+    if args.smooth < 1:  # a moving average over no rows; it used to mean 1 silently
+        fail(f"--smooth must be >= 1 (rows averaged), got {args.smooth}")
     plot_runs(args.run_dirs, args.out, labels=args.labels, spread=args.spread, smooth=args.smooth, title=args.title)
     print(f"wrote {args.out}")
 

@@ -63,11 +63,35 @@ def apply_overrides(config: Any, args: list[str]) -> Any:
     changes: dict[str, Any] = {}
     for path, values in split_overrides(args):
         if path not in paths:
-            close = difflib.get_close_matches(path, list(paths), n=1)
-            hint = f"; did you mean --{close[0].replace('_', '-')}?" if close else ""
+            close = closest_path(path, list(paths))
+            hint = f"; did you mean --{close.replace('_', '-')}?" if close else ""
             raise OverrideError(f"unknown field {path!r}{hint}")
         changes[path] = parse_value(path, paths[path], values)
     return _replace(config, changes)
+
+
+def closest_name(name: str, names: list[str]) -> str | None:
+    """The field of `names` that `name` most likely misspells (difflib), or abbreviates by
+    its initials (`lr` for `learning_rate`); None if none is close."""
+    close = difflib.get_close_matches(name, names, n=1)
+    if close:
+        return close[0]
+    initials = [field for field in names if len(name) > 1 and "".join(w[:1] for w in field.split("_")) == name]
+    return initials[0] if initials else None
+
+
+def closest_path(path: str, paths: list[str]) -> str | None:
+    """The dotted field path that `path` most likely means: a field of the same section
+    first (`agent.lr` is `agent.learning_rate`, not `agent.core`, which shares more letters
+    of the whole path), else any path (`agnet.learning_rate`, or `learning_rate` without
+    its section)."""
+    section, _, leaf = path.rpartition(".")
+    leaves = {p.rpartition(".")[2]: p for p in paths if p.rpartition(".")[0] == section}
+    close = closest_name(leaf, list(leaves)) if leaves else None
+    if close is not None:
+        return leaves[close]
+    close = difflib.get_close_matches(path, paths, n=1)
+    return close[0] if close else None
 
 
 def _replace(config: Any, changes: dict[str, Any], prefix: str = "") -> Any:
@@ -164,8 +188,8 @@ def override(config: Any, **changes: Any) -> Any:
     hints = typing.get_type_hints(type(config))
     for name, value in changes.items():
         if name not in names:
-            close = difflib.get_close_matches(name, sorted(names), n=1)
-            hint = f"; did you mean {close[0]}?" if close else ""
+            close = closest_name(name, sorted(names))
+            hint = f"; did you mean {close}?" if close else ""
             raise OverrideError(f"unknown field {name!r} in {type(config).__name__}{hint}")
         current = getattr(config, name)
         if dataclasses.is_dataclass(current) and isinstance(value, dict):

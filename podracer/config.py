@@ -10,6 +10,8 @@ never written back.
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 import typing
 from typing import Any, Mapping
 
@@ -21,6 +23,24 @@ class ConfigError(ValueError):
 def check(ok: bool, field: str, requirement: str, value: Any) -> None:
     if not ok:
         raise ConfigError(f"{field} {requirement}, got {value!r}")
+
+
+def check_finite_floats(section: Any, prefix: str = "") -> None:
+    """ConfigError naming the field unless every real number in the config tree `section`
+    (a float field, or an item of a tuple field) is finite.
+
+    One check for every section, built-in or a user algorithm's: a section's own checks
+    catch NaN (every comparison with it fails) but not infinity (`inf > 0`), and an infinite
+    learning rate or coefficient gives NaN parameters only once training has compiled."""
+    for field in dataclasses.fields(section):
+        value = getattr(section, field.name)
+        path = f"{prefix}{field.name}"
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            check_finite_floats(value, path + ".")
+            continue
+        for item in value if isinstance(value, tuple) else (value,):
+            if isinstance(item, numbers.Real) and not isinstance(item, numbers.Integral):
+                check(math.isfinite(item), path, "must be finite", value)
 
 
 HOST_BACKENDS = ("auto", "envpool", "gymnasium", "jax")
@@ -151,6 +171,7 @@ class Config:
             value = getattr(self, name)
             check(not isinstance(value, type), name, "must be a config instance (e.g. PPOConfig(), AnakinConfig()), "
                   "not a class", value)
+        check_finite_floats(self)  # every section's floats, named `agent.learning_rate`, ...
         check(self.total_env_steps > 0, "total_env_steps", "must be > 0", self.total_env_steps)
         check(self.seed >= 0, "seed", "must be >= 0", self.seed)
         # jax.random.key keeps a seed's low 32 bits (without jax_enable_x64): a larger seed
@@ -192,7 +213,8 @@ def _build(data: Mapping[str, Any], registry: dict[str, type], where: str) -> An
     tag = data.get("_type")
     if tag not in registry:
         raise ConfigError(f"{where}: unknown config type {tag!r} (a user algorithm's config is known once "
-                          "podracer.agents.register_algorithm has run in this process); "
+                          "podracer.agents.register_algorithm has run in this process: for the podracer "
+                          "command, name the module that registers it in $PODRACER_IMPORT); "
                           f"known: {', '.join(sorted(registry))}")
     cls = registry[tag]
     hints = typing.get_type_hints(cls)

@@ -51,6 +51,8 @@ def test_presets_get_converts_values_as_the_command_line_parses_them():
     (lambda: podracer.presets.get("ppo-cartpole-anakin", agent=dict(learning_rate=-1.0)),
      "agent.learning_rate must be > 0"),
     (lambda: podracer.presets.get("ppo-cartpole-anakin", sed=1), "unknown field 'sed' in Config; did you mean seed?"),
+    (lambda: podracer.presets.get("ppo-cartpole-anakin", agent=dict(lr=1)),
+     "agent: unknown field 'lr' in PPOConfig; did you mean learning_rate?"),
     (lambda: podracer.presets.get("ppo-cartpole-anakin", seed=1.5), "seed expects int, got 1.5"),
     (lambda: podracer.presets.get("ppo-cartpole-anakin", arch=dict(num_seeds="2")), "arch: num_seeds expects int"),
     (lambda: podracer.presets.get("ppo-cartpole-anakin", agent=dict(learning_rate="1e-3")),
@@ -83,6 +85,53 @@ def test_config_refuses_a_section_of_the_wrong_kind():
         Config(agent=PPOConfig, arch=AnakinConfig())
     with pytest.raises(ConfigError, match=r"^arch must be a config instance .*not a class"):
         Config(agent=PPOConfig(), arch=AnakinConfig)
+
+
+def test_every_float_field_refuses_infinity_naming_it():
+    """A float field's own check catches NaN (every comparison with it fails) but not
+    infinity: `--agent.learning-rate inf` used to be accepted, trained to NaN parameters,
+    and `--agent.clip-eps inf` or `--agent.max-grad-norm inf` trained silently. Every real
+    number of a `Config`, in every section (a user algorithm's too, and the items of a
+    tuple field), must be finite; the error names the field."""
+    import math
+    import typing
+
+    from anakin import AnakinConfig
+    from podracer.agents import algorithms
+    from podracer.config import Config, EnvConfig, from_dict, to_dict
+    from sebulba import SebulbaConfig
+
+    base = Config(agent=podracer.agents.PPOConfig(), arch=AnakinConfig())
+    sections = [("agent", algorithm.config()) for algorithm in algorithms().values()]
+    sections += [("arch", AnakinConfig()), ("arch", SebulbaConfig()), ("env", EnvConfig())]
+    checked = []
+    for name, section in sections:
+        hints = typing.get_type_hints(type(section))
+        for field in dataclasses.fields(section):
+            if float not in (hints[field.name], *typing.get_args(hints[field.name])):
+                continue
+            for value in (math.inf, -math.inf):
+                with pytest.raises(ConfigError) as error:
+                    dataclasses.replace(base, **{name: dataclasses.replace(section, **{field.name: value})})
+                assert str(error.value).startswith(f"{name}.{field.name} "), str(error.value)
+            checked.append(f"{name}.{field.name}")
+    assert {"agent.learning_rate", "agent.clip_eps", "agent.max_grad_norm", "env.repeat_action_probability"} \
+        <= set(checked)
+
+    @dataclasses.dataclass(frozen=True)
+    class UserConfig:  # a user algorithm's config that checks nothing itself
+        scale: float = 1.0
+        coefs: tuple[float, ...] = (1.0, 2.0)
+
+    with pytest.raises(ConfigError, match=r"^agent.scale must be finite, got inf$"):
+        Config(agent=UserConfig(scale=math.inf), arch=AnakinConfig())
+    with pytest.raises(ConfigError, match=r"^agent.coefs must be finite, got \(1.0, nan\)$"):
+        Config(agent=UserConfig(coefs=(1.0, math.nan)), arch=AnakinConfig())
+    with pytest.raises(ConfigError, match=r"^agent.learning_rate must be finite, got inf$"):
+        podracer.presets.get("ppo-cartpole-anakin", agent=dict(learning_rate=np.float32("inf")))
+    saved = json.loads(json.dumps(to_dict(base)).replace('"clip_eps": 0.2', '"clip_eps": Infinity'))
+    with pytest.raises(ConfigError, match=r"^agent.clip_eps must be finite, got inf$"):  # an edited config.json
+        from_dict(saved, (podracer.agents.PPOConfig, AnakinConfig))
 
 
 def test_presets_are_one_module_per_algorithm():

@@ -19,9 +19,15 @@ from tests.helpers import TINY_ARGS, assert_one_line_error, run_main, subprocess
     [
         (["train", "ppo-cartpole-anakinn"], "unknown preset 'ppo-cartpole-anakinn'; did you mean ppo-cartpole-anakin?"),
         (["train", "ppo-cartpole-anakin", "--agent.learning-rat", "1"], "unknown field 'agent.learning_rat'"),
+        # a field of the same section first, or by its initials: `agent.lr` used to suggest --agent.core
+        (["train", "ppo-cartpole-anakin", "--agent.lr", "1"], "unknown field 'agent.lr'; did you mean --agent.learning-rate?"),
+        (["train", "ppo-cartpole-anakin", "--agent.ent-coef", "1"], "did you mean --agent.entropy-coef?"),
+        (["train", "ppo-cartpole-anakin", "--learning-rate", "1"], "did you mean --agent.learning-rate?"),
         (["train", "ppo-cartpole-anakin", "--agent.learning-rate", "-1"], "agent.learning_rate must be > 0"),
         (["train", "ppo-cartpole-anakin", "--agent.learning-rate", "fast"], "agent.learning_rate expects float"),
         (["train", "ppo-cartpole-anakin", "--total-env-steps", "-5"], "total_env_steps must be > 0"),
+        (["train", "ppo-cartpole-anakin", "--agent.learning-rate", "inf"], "agent.learning_rate must be finite, got inf"),
+        (["train", "ppo-cartpole-anakin", "--agent.max-grad-norm", "1e999"], "agent.max_grad_norm must be finite"),
         (["train", "ppo-cartpole-anakin", "--arch.num-envs", "6"], "arch.num_envs must be divisible by the number of devices (4)"),
         (["train", "ppo-cartpole-anakin", "--env.id", "CartPole-v0"], "env.id: unknown JAX environment 'CartPole-v0'"),
         (["train", "ppo-cartpole-anakin", "--arch.devices", "0,9"], "arch.devices names device 9"),
@@ -33,6 +39,13 @@ from tests.helpers import TINY_ARGS, assert_one_line_error, run_main, subprocess
         (["train", "ppo-breakout-minatar-anakin", "--agent.torso", "nature_cnn"], "needs images of at least 36x36"),
         (["train", "ppo-cartpole-anakin", "--seed", "4294967296"], "seed must be < 2**32"),
         (["train", "ppo-cartpole-anakin", "--arch.updates-per-call", "1e10"], "arch.updates_per_call must be < 2**31"),
+        (["plot", "runs/a", "--out", "a.png", "--smooth", "0"], "--smooth must be >= 1 (rows averaged), got 0"),
+        (["plot", "runs/a", "--out", "a.png", "--smooth", "-2"], "--smooth must be >= 1 (rows averaged), got -2"),
+        # sequence buffers too large for int32 positions: a ValueError (a traceback) at setup or init
+        (["train", "muzero-catch-anakin", "--agent.buffer-size", "3e9"],
+         "agent.buffer_size must be < 2**31 - agent.batch_size**2 (2147479552), got 3000000000"),
+        (["train", "impala-replay-breakout-minatar-anakin", "--agent.replay-capacity", "2147483647"],
+         "agent.replay_capacity must be < 2**31 - M**2 (2147483392; M = 16 replayed sequences per update)"),
         (["bench", "sebulbaa"], "invalid choice"),
         (["bench", "sebulba", "--seconds", "0"], "--seconds must be a positive number of seconds, got 0.0"),
         (["bench", "sebulba", "--seconds", "-1"], "--seconds must be a positive number of seconds, got -1.0"),
@@ -220,12 +233,16 @@ def test_the_compilation_cache_is_bounded(tmp_path, monkeypatch, no_compilation_
     monkeypatch.setenv("PODRACER_COMPILATION_CACHE_MAX_MB", "1")
     assert use_compilation_cache() == str(cache)
     assert jax.config.jax_compilation_cache_max_size == 2**20
+    from jax._src import compilation_cache
+
     min_compile_s = jax.config.jax_persistent_cache_min_compile_time_secs
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    compilation_cache.reset_cache()  # JAX opens its cache once per process: this test's settings
     try:
         jax.jit(lambda x: x * 3 + 1)(jnp.float32(1)).block_until_ready()
     finally:
         jax.config.update("jax_persistent_cache_min_compile_time_secs", min_compile_s)
+        compilation_cache.reset_cache()
     names = [path.name for path in cache.iterdir()]
     # JAX's bounded (LRU) cache keeps an access time beside each program; the unbounded one does not.
     assert any(name.endswith("-cache") for name in names) and any(name.endswith("-atime") for name in names), names

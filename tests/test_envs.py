@@ -211,6 +211,7 @@ def test_unknown_env_without_a_close_match_says_how_to_register_one():
     with pytest.raises(UnknownEnvError, match="must be registered with register_jax_env") as info:
         make_jax_env("MyGridWorld-v0")
     assert "known: " in str(info.value)
+    assert "for the podracer command, name the module that registers it in $PODRACER_IMPORT" in str(info.value)
     with pytest.raises(UnknownEnvError) as close:
         make_jax_env("CartPole-v0")
     assert "register_jax_env" not in str(close.value)

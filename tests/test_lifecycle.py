@@ -157,6 +157,39 @@ def test_non_finite_parameters_stop_the_run_and_keep_the_last_good_checkpoint(tm
     assert all(bool(jnp.isfinite(leaf).all()) for leaf in jax.tree.leaves(params))
 
 
+@pytest.mark.timeout(120)
+def test_an_error_waits_for_the_host_call_in_flight(monkeypatch):
+    """When a call's metrics are non-finite, the next call is already running (the pipeline
+    dispatches call k+1 before reading call k): the error must wait for it. Raised at once,
+    the command exited while a thread still waited on that XLA program, and the interpreter
+    aborted at exit (SIGABRT, exit status 134, "terminate called ...") instead of exiting 1
+    with its one line (`podracer train ppo-cartpole-anakin --agent.learning-rate 1e30`)."""
+    import time
+
+    from anakin import runner
+
+    completions = []
+
+    class SlowCompletion(runner.Completion):  # a call that takes a while to finish
+        def __init__(self, outputs):
+            super().__init__(outputs)
+            completions.append(self)
+
+        def _wait(self, outputs):
+            time.sleep(1.0)
+            super()._wait(outputs)
+
+    make_agent = runner.make_checked_agent
+    monkeypatch.setattr(runner, "make_checked_agent",
+                        lambda *a, **k: (lambda agent: agent._replace(update=nan_after(1, agent.update)))(make_agent(*a, **k)))
+    monkeypatch.setattr(runner, "Completion", SlowCompletion)
+    config = dataclasses.replace(TINY, arch=dataclasses.replace(TINY.arch, updates_per_call=1), total_env_steps=8 * 16 * 4)
+    with pytest.raises(NonFiniteError, match="update 1 "):
+        runner.train(config)
+    assert len(completions) == 2  # the failed call and the one in flight
+    assert not any(completion._thread.is_alive() for completion in completions)
+
+
 def test_the_progress_bar_ends_at_the_env_steps_the_run_takes(tmp_path):
     """A run takes whole updates, up to `total_env_steps`: the console's bar counts to the
     steps it will reach (2,560 of 3,000 here), so a finished run shows 100%, not 85%."""

@@ -78,7 +78,8 @@ def test_register_one_call_and_everything_sees_it(capsys):
         registry.unregister_algorithm("toy")
     assert "toy" not in algorithms()
     # A run of it read back in a process that has not registered it says what to do.
-    with pytest.raises(ConfigError, match="unknown config type 'ToyConfig' .*register_algorithm"):
+    # (On the command line: $PODRACER_IMPORT, which the message names.)
+    with pytest.raises(ConfigError, match=r"unknown config type 'ToyConfig' .*register_algorithm.*\$PODRACER_IMPORT"):
         from_dict(to_dict(config), config_types())
 
 
@@ -142,3 +143,46 @@ def test_both_runners_refuse_metrics_the_agent_did_not_average(runner, monkeypat
                         arch=SebulbaConfig(num_envs=4, rollout_length=8, actor_devices=(2,), learner_devices=(0, 1)))
         with pytest.raises(registry.MetricsRuleError, match="local_reward"):
             sebulba.train(config)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("runner", ["anakin", "sebulba"])
+def test_a_user_agent_whose_actions_break_the_contract_fails_at_setup(runner):
+    """A user algorithm whose `act` (or `greedy_act`) returns float actions for a discrete
+    space is refused at setup, naming the function and the dtype it must return; it used to
+    fail inside the runner with JAX's error about a `lax.scan` carry (Anakin) or a gather's
+    indices (Sebulba). Built-ins are left to the contract suite."""
+    import anakin
+    import sebulba
+    from anakin import AnakinConfig
+    from sebulba import SebulbaConfig
+
+    def make_float_actions(which):
+        def make(config, obs_spec, action_spec, *, num_updates, axis_name):
+            agent = make_ppo(PPOConfig(num_minibatches=1, hidden_sizes=(8,)), obs_spec, action_spec,
+                             num_updates=num_updates, axis_name=axis_name)
+            if which == "act":
+                return agent._replace(act=lambda p, o, k: (agent.act(p, o, k)[0].astype(jnp.float32), {}))
+            return agent._replace(greedy_act=lambda p, o: agent.greedy_act(p, o).astype(jnp.float32))
+
+        return make
+
+    arch = AnakinConfig(num_envs=4, rollout_length=8, devices=(0,), updates_per_call=1) if runner == "anakin" else \
+        SebulbaConfig(num_envs=4, rollout_length=8, actor_devices=(0,), learner_devices=(0,))
+    config = Config(agent=ToyConfig(), env=EnvConfig("ProbeActionReward"), total_env_steps=64, arch=arch)
+    module = anakin.runner if runner == "anakin" else sebulba.runner
+    for which in ("act", "greedy_act"):
+        register_algorithm(toy(make=make_float_actions(which)))
+        try:
+            with pytest.raises(registry.ActContractError,
+                               match=rf"^agent 'toy': {which} returns actions float32\[4\] for a batch of 4 "
+                                     r"observations; with discrete actions \(2\) they must be int32\[4\]"):
+                module.setup(config)
+        finally:
+            registry.unregister_algorithm("toy")
+    register_algorithm(toy(make=lambda config, *args, **kwargs: make_ppo(PPOConfig(num_minibatches=1), *args,
+                                                                         **kwargs)))
+    try:
+        module.setup(config)  # the same agent with its own actions passes
+    finally:
+        registry.unregister_algorithm("toy")

@@ -32,6 +32,7 @@ from podracer.types import (
     Trajectory,
     UpdateFn,
     describe_action_spec,
+    zeros_like_spec,
 )
 
 ACTION_SPACES: tuple[type, ...] = (DiscreteSpec, BoxSpec)
@@ -199,7 +200,42 @@ def make_checked_agent(config: Any, obs_spec: ObservationSpec, action_spec: Acti
     algorithm = algorithm_for(config)
     check_pairing(algorithm, obs_spec, action_spec, env_id)
     algorithm.check_batch(config, batch)
-    return algorithm.make(config, obs_spec, action_spec, num_updates=num_updates, axis_name=axis_name)
+    agent = algorithm.make(config, obs_spec, action_spec, num_updates=num_updates, axis_name=axis_name)
+    if algorithm.name in _USER:  # built-ins are checked by the contract suite; a user's here
+        check_act_outputs(agent, obs_spec, action_spec, batch.envs_per_device, algorithm.name)
+    return agent
+
+
+class ActContractError(TypeError):
+    """An agent's `act` or `greedy_act` returns actions unlike its action spec (`ActFn`)."""
+
+
+def check_act_outputs(agent: Agent, obs_spec: ObservationSpec, action_spec: ActionSpec, batch_size: int,
+                      name: str) -> None:
+    """ActContractError unless `act` and `greedy_act` return the actions the runners carry:
+    `int32 [B]` for a `DiscreteSpec`, `float32 [B, *shape]` for a `BoxSpec`. Traced with
+    `jax.eval_shape` (nothing runs): a float action for a discrete space otherwise fails
+    deep inside a runner (a `lax.scan` carry whose dtypes differ, a gather's indices)."""
+    if isinstance(action_spec, DiscreteSpec):
+        expected = jax.ShapeDtypeStruct((batch_size,), jax.numpy.int32)
+    else:
+        expected = jax.ShapeDtypeStruct((batch_size, *action_spec.shape), jax.numpy.float32)
+
+    def actions() -> tuple[Any, Any]:
+        params = agent.init(jax.random.key(0)).params
+        obs = zeros_like_spec(obs_spec, (batch_size,))
+        core, start = agent.initial_acting_state(batch_size)
+        action = agent.step(params, obs, jax.random.key(1), core, start)[0]
+        greedy = agent.greedy_step(params, obs, core, start)[0] if agent.greedy_act is not None else None
+        return action, greedy
+
+    for what, action in zip(("act", "greedy_act"), jax.eval_shape(actions)):
+        if action is not None and (getattr(action, "shape", None), getattr(action, "dtype", None)) != \
+                (expected.shape, expected.dtype):
+            shown = f"{action.dtype}{list(action.shape)}" if hasattr(action, "shape") else repr(action)
+            raise ActContractError(f"agent {name!r}: {what} returns actions {shown} for a batch of {batch_size} "
+                                   f"observations; with {describe_action_spec(action_spec)} they must be "
+                                   f"{expected.dtype}{list(expected.shape)} (podracer.types.ActFn)")
 
 
 class MetricsRuleError(TypeError):

@@ -58,6 +58,9 @@ def check_replay(fraction: float, capacity: int, batch: BatchShape, field: str =
           "environments of each device (e.g. 0.5: as many replayed as fresh)", fraction)
     check(batch.transitions <= capacity, "agent.replay_capacity",
           f"must hold one device's rollout of {batch.transitions} steps", capacity)
+    # the sequence buffer's stratified sampling counts positions in int32 (replay_sequence)
+    check(replayed**2 + capacity < 2**31, "agent.replay_capacity",
+          f"must be < 2**31 - M**2 ({2**31 - replayed**2}; M = {replayed} replayed sequences per update)", capacity)
     return replayed
 
 

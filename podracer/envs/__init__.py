@@ -58,7 +58,8 @@ def register_jax_env(env_id: str, factory: Callable[[], JaxEnv], overwrite: bool
 def unknown_env_error(env_id: str, known: list[str], kind: str) -> UnknownEnvError:
     close = difflib.get_close_matches(env_id, known, n=3, cutoff=0.5)
     hint = f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(known)}"
-    register = " (a user JAX environment must be registered with register_jax_env in this process first)" \
+    register = (" (a user JAX environment must be registered with register_jax_env in this process first: for "
+                "the podracer command, name the module that registers it in $PODRACER_IMPORT)") \
         if kind.lower() in ("jax", "host") and not close else ""
     return UnknownEnvError(f"unknown {kind} environment {env_id!r}{register}{hint}")
 

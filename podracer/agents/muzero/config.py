@@ -98,6 +98,9 @@ class MuZeroConfig:
               "must be odd and >= 3 (a bin at 0)", self.num_bins)
         check(self.batch_size <= self.buffer_size, "agent.batch_size",
               f"must be <= agent.buffer_size ({self.buffer_size})", self.batch_size)
+        # the sequence buffer's stratified sampling counts positions in int32 (replay_sequence)
+        check(self.batch_size**2 + self.buffer_size < 2**31, "agent.buffer_size",
+              f"must be < 2**31 - agent.batch_size**2 ({2**31 - self.batch_size**2})", self.buffer_size)
 
     @property
     def sequence_length(self) -> int:

@@ -1,0 +1,129 @@
+"""The commands the documentation shows: every `podracer ...` command in README.md,
+ARCHITECTURE.md and the presets' docstrings parses, names presets that exist, and its
+overrides resolve to fields of that preset's config. Nothing is trained: a renamed preset,
+field or option fails here, not in the hands of a reader who copies the command."""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shlex
+
+import pytest
+
+from experiments.cli_parser import build_parser, preset_and_overrides
+from experiments.overrides import apply_overrides, field_paths
+from experiments.presets import PRESETS
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DOCS = ["README.md", "ARCHITECTURE.md"]
+SOURCES = DOCS + sorted(os.path.relpath(path, REPO) for path in glob.glob(os.path.join(REPO, "experiments", "presets*.py")))
+# Presets the README names as a user's own (registered through PODRACER_IMPORT), not built in.
+USER_PRESETS = {"walk-ppo-anakin"}
+# Placeholders the README's commands use for values, and what stands in for them here.
+PLACEHOLDER_VALUES = {"N": "2", "PROCESS_ID": "1"}
+OWN_OPTIONS = {"train": ("--resume", "--cpu-devices"), "launch-local": ("--resume", "--cpu-devices", "-n",
+                                                                       "--num-processes")}
+
+
+def _read(path: str) -> str:
+    with open(os.path.join(REPO, path)) as f:
+        return f.read()
+
+
+def _code_blocks(text: str) -> list[str]:
+    """The lines of every fenced code block, continuation lines (`\\`) joined."""
+    blocks, block = [], None
+    for line in text.splitlines():
+        if line.startswith("```"):
+            if block is not None:
+                blocks.append("\n".join(block).replace("\\\n", " "))
+            block = [] if block is None else None
+        elif block is not None:
+            block.append(line)
+    return [line for block in blocks for line in block.splitlines()]
+
+
+def documented_commands() -> list[tuple[str, str]]:
+    """`(file, command)` for every `podracer ...` command in a code block (comments
+    dropped) or in inline code of the docs; an inline name of a command (`podracer
+    evaluate`, `podracer bench table`) is not one."""
+    found = []
+    for path in SOURCES:
+        text = _read(path)
+        inline = re.findall(r"`(podracer [^`]+)`", re.sub(r"\s*\n\s*", " ", text))
+        inline = [command for command in inline if len(command.split()) > (3 if " bench " in command else 2)]
+        for line in _code_blocks(text) + inline:
+            line = line.split("#")[0].strip()
+            start = line.find("podracer ")
+            if start >= 0 and "PODRACER_IMPORT=" not in line:  # a user's presets, not built in
+                found.append((path, " ".join(line[start:].split())))
+    return found
+
+
+def _is_placeholder(token: str) -> bool:
+    return bool(re.fullmatch(r"[A-Z][A-Z_.]*|<.*>|.*\.\.\..*|\[.*", token))
+
+
+def _tokens(command: str) -> list[str]:
+    command = re.sub(r"\[[^\]]*\]", " ", command)  # optional parts: `[--agent.field VALUE ...]`
+    return [PLACEHOLDER_VALUES.get(token, token) for token in shlex.split(command)[1:]]
+
+
+COMMANDS = documented_commands()
+
+
+def test_the_docs_show_commands():
+    subcommands = {_tokens(command)[0] for _, command in COMMANDS if _tokens(command)}
+    assert {"train", "launch-local", "evaluate", "plot", "bench", "prefix-baseline", "prefix-front"} <= subcommands
+    assert len(COMMANDS) > 40, COMMANDS
+
+
+@pytest.mark.parametrize("path, command", COMMANDS, ids=[f"{p}:{c}" for p, c in COMMANDS])
+def test_documented_command_resolves(path, command):
+    """The command's options exist (argparse, as the command line parses them), its
+    presets exist, and its `--section.field VALUE` overrides apply to the preset's config."""
+    tokens = _tokens(command)
+    if not tokens:  # `podracer` alone
+        return
+    args, rest = build_parser().parse_known_args(tokens)
+    if args.command in OWN_OPTIONS:
+        preset, rest = preset_and_overrides(tokens[1:], OWN_OPTIONS[args.command])
+        rest = [token for token in rest if token not in ("-h", "--help")]
+        presets = [] if preset is None or _is_placeholder(preset) else [preset]
+    elif args.command == "bench":
+        if args.arch == "prefix" and args.preset is None and args.run_dir is None:
+            args.preset = f"dqn-prefix{args.bits}-sebulba"
+        presets = args.presets or [args.preset or f"ppo-cartpole-{args.arch}"] if args.run_dir is None else []
+    else:
+        assert not rest, f"{path}: `{command}`: unexpected arguments {rest}"
+        return
+    for preset in presets:
+        assert preset in PRESETS, f"{path}: `{command}` names no preset {preset!r}"
+        config = apply_overrides(PRESETS[preset](), rest)  # ConfigError naming a field that is not there
+        if args.command == "bench" and args.arch == "prefix":
+            from experiments.benchmarks.prefix import check_agent_config
+
+            check_agent_config(config, args.bits)
+
+
+def test_presets_and_fields_named_in_the_docs_exist():
+    """Every preset the docs name (`ppo-...-anakin`, inline or in a table; `{a,b}` expanded)
+    is one, and every `--section.field` they mention is a field of some preset's config;
+    `PRESET --field VALUE` in inline code resolves against that preset."""
+    fields = set().union(*(field_paths(make()) for make in PRESETS.values()))
+    for path in DOCS:
+        text = re.sub(r"\s*\n\s*", " ", _read(path))
+        for name in re.findall(r"(?<![/\w.-])([a-z0-9]+(?:-[a-z0-9{},]+)*-(?:anakin|sebulba))\b", text):
+            expanded = [name]
+            while any("{" in n for n in expanded):
+                expanded = [re.sub(r"\{[^}]*\}", choice, n, count=1) for n in expanded
+                            for choice in re.search(r"\{([^}]*)\}", n).group(1).split(",")]
+            for preset in expanded:
+                assert preset in PRESETS or preset in USER_PRESETS, f"{path} names no preset {preset!r}"
+        for option in re.findall(r"--([a-z][a-z0-9-]*\.[a-z][a-z0-9-]*)", text):
+            if option not in ("section.field", "agent.field"):  # the grammar's own placeholders
+                assert option.replace("-", "_") in fields, f"{path} names no field --{option}"
+        for preset, overrides in re.findall(r"`([a-z0-9-]+-(?:anakin|sebulba)) (--[^`]+)`", text):
+            apply_overrides(PRESETS[preset](), shlex.split(overrides))
