@@ -18,6 +18,12 @@ the buffer (each device sees the same share of environments every update).
 Items are any NamedTuple with boolean `terminated` and `truncated` fields (`[...]` per step),
 e.g. a `podracer.types.Trajectory`; a sample says which of its steps belong to the episode
 its first step belongs to.
+
+Lookahead (`lookahead=True`, for items with an `obs` field but no `next_obs`, MuZero's):
+the `B` slots after the write head hold each environment's next observation (`stash`), the
+one its next step should start from: the next add overwrites them, with that very
+observation where the stream goes on, and before it `stashed` tells whether it did. Where
+the buffer has wrapped those slots are its oldest steps, which are then no longer sampled.
 """
 
 from __future__ import annotations
@@ -53,13 +59,18 @@ class SequenceReplay(NamedTuple):
     sample:     `(state, key, num_envs) -> SequenceSample`; `num_envs` = B of the adds
                 (static). Only valid once `can_sample` holds.
     can_sample: `(state, num_envs) -> bool []`: at least one whole sequence is held.
-    size:       `(state) -> int32 []`: steps held.
+    size:       `(state) -> int32 []`: steps held (with lookahead, the oldest the stash took included).
     newest:     `(state, num_envs) -> steps [num_envs, ...]`: each environment's newest
                 stored step (meaningful once `num_envs` steps are held).
-    end_streams: `(state, ended [num_envs]) -> state`: each environment's newest stored step
-                is marked truncated where `ended` (and it has not already ended): its stream
-                does not go on into the next add (the environment restarted), so no sequence
-                treats the two streams as one episode.
+    end_streams: `(state, ended [num_envs], values=None) -> state`: each environment's newest
+                stored step is marked truncated where `ended` (and it has not already ended):
+                its stream does not go on into the next add (the environment restarted), so
+                no sequence treats the two streams as one episode. `values`, `{field: [num_envs]}`,
+                are written to the steps it marks (a truncated step's bootstrap).
+    stash:      `(state, obs [B, ...]) -> state` (lookahead): each environment's next
+                observation, in the slots after the write head; call it after each add.
+    stashed:    `(state, num_envs) -> obs [num_envs, ...]` (lookahead): what the last `stash`
+                held (meaningful once something was stashed after the latest add).
     """
 
     init: Callable[[Any], Any]
@@ -68,14 +79,18 @@ class SequenceReplay(NamedTuple):
     can_sample: Callable[[Any, int], Array]
     size: Callable[[Any], Array]
     newest: Callable[[Any, int], Any]
-    end_streams: Callable[[Any, Array], Any]
+    end_streams: Callable[..., Any]
+    stash: Callable[[Any, Any], Any]
+    stashed: Callable[[Any, int], Any]
 
 
-def make_sequence_replay(capacity: int, sequence_length: int, batch_size: int) -> SequenceReplay:
+def make_sequence_replay(capacity: int, sequence_length: int, batch_size: int,
+                         lookahead: bool = False) -> SequenceReplay:
     """A buffer of `capacity` steps (all environments of a device together) that samples
     `batch_size` sequences of `sequence_length` steps, uniformly over every (environment,
     start) pair held, stratified (`stratified_starts`). One add must fit: `T * B <= capacity`; a sequence spans
-    `(sequence_length - 1) * B + 1` stream positions, which must fit too."""
+    `(sequence_length - 1) * B + 1` stream positions, which must fit too (and, with
+    `lookahead`, `B` more: the stash's)."""
     if min(capacity, sequence_length, batch_size) < 1:
         raise ValueError("capacity, sequence_length and batch_size must be >= 1")
     if batch_size**2 + capacity >= 2**31:
@@ -96,15 +111,21 @@ def make_sequence_replay(capacity: int, sequence_length: int, batch_size: int) -
     def span(num_envs: int) -> int:
         return (sequence_length - 1) * num_envs + 1
 
+    def stashed_over(state: Any, num_envs: int) -> Array:
+        """The oldest steps held whose slots the stash took (the buffer has wrapped onto them)."""
+        return jnp.maximum(num_envs - (capacity - size(state)), 0) if lookahead else jnp.int32(0)
+
     def can_sample(state: Any, num_envs: int) -> Array:
-        return size(state) >= span(num_envs)
+        return size(state) - stashed_over(state, num_envs) >= span(num_envs)
 
     def sample(state: Any, key: PRNGKey, num_envs: int) -> SequenceSample:
-        if span(num_envs) > capacity:
+        need = span(num_envs) + (num_envs if lookahead else 0)
+        if need > capacity:
             raise ValueError(f"a sequence of {sequence_length} steps of {num_envs} interleaved environments "
-                             f"spans {span(num_envs)} steps, more than the capacity {capacity}")
-        oldest = jnp.where(state.is_full, state.current_index, 0)  # physical position of the oldest step
-        num_starts = jnp.maximum(size(state) - span(num_envs) + 1, 1)
+                             f"spans {need} steps, more than the capacity {capacity}")
+        skip = stashed_over(state, num_envs)
+        oldest = jnp.where(state.is_full, state.current_index, 0) + skip  # physical position of the oldest step
+        num_starts = jnp.maximum(size(state) - skip - span(num_envs) + 1, 1)
         start = oldest + stratified_starts(key, num_starts, batch_size)
         positions = (start[None, :] + num_envs * jnp.arange(sequence_length)[:, None]) % capacity  # [L, M]
         items = jax.tree.map(lambda x: x[0, positions], state.experience)
@@ -116,14 +137,33 @@ def make_sequence_replay(capacity: int, sequence_length: int, batch_size: int) -
     def newest(state: Any, num_envs: int) -> Any:
         return jax.tree.map(lambda x: x[0, newest_positions(state, num_envs)], state.experience)
 
-    def end_streams(state: Any, ended: Array) -> Any:
+    def end_streams(state: Any, ended: Array, values: dict[str, Array] | None = None) -> Any:
         positions = newest_positions(state, ended.shape[0])
         last = newest(state, ended.shape[0])
-        cut = ended & (size(state) >= ended.shape[0]) & ~last.terminated
-        truncated = state.experience.truncated.at[0, positions].set(last.truncated | cut)
-        return state.replace(experience=state.experience._replace(truncated=truncated))
+        cut = ended & (size(state) >= ended.shape[0]) & ~last.terminated & ~last.truncated
+        experience = state.experience._replace(truncated=state.experience.truncated.at[0, positions].set(
+            last.truncated | cut))
+        for name, value in (values or {}).items():
+            stored = getattr(experience, name)
+            new = jnp.where(cut, value.astype(stored.dtype), getattr(last, name))
+            experience = experience._replace(**{name: stored.at[0, positions].set(new)})
+        return state.replace(experience=experience)
 
-    return SequenceReplay(buffer.init, add, sample, can_sample, size, newest, end_streams)
+    def lookahead_positions(state: Any, num_envs: int) -> Array:
+        if not lookahead:
+            raise ValueError("stash and stashed need a buffer made with lookahead=True")
+        return (state.current_index + jnp.arange(num_envs)) % capacity  # env b's at index b
+
+    def stash(state: Any, obs: Any) -> Any:
+        positions = lookahead_positions(state, jax.tree.leaves(obs)[0].shape[0])
+        stored = jax.tree.map(lambda x, o: x.at[0, positions].set(o.astype(x.dtype)), state.experience.obs, obs)
+        return state.replace(experience=state.experience._replace(obs=stored))
+
+    def stashed(state: Any, num_envs: int) -> Any:
+        positions = lookahead_positions(state, num_envs)
+        return jax.tree.map(lambda x: x[0, positions], state.experience.obs)
+
+    return SequenceReplay(buffer.init, add, sample, can_sample, size, newest, end_streams, stash, stashed)
 
 
 def stratified_starts(key: PRNGKey, num_starts: Array, batch_size: int) -> Array:

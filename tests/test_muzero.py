@@ -42,7 +42,9 @@ def test_batch_and_spec_errors_before_compiling():
     config = MuZeroConfig(buffer_size=1000, unroll_steps=5, td_steps=10)
     with pytest.raises(ConfigError, match=r"agent.buffer_size must hold agent.sequence_length \(16\)"):
         config.check_batch(BatchShape(16, 8))
-    config.check_batch(BatchShape(31, 2))
+    config.check_batch(BatchShape(31, 2))  # 16 x 62 steps and the 2 environments' next observations: 994
+    with pytest.raises(ConfigError, match=r"and the next observation of each of its 2 environments \(994\)"):
+        dataclasses.replace(config, buffer_size=993).check_batch(BatchShape(31, 2))
     with pytest.raises(ConfigError, match="muzero does not support the continuous actions"):
         make_agent(config, OBS_SPEC, BoxSpec((1,), -1.0, 1.0), num_updates=1, axis_name=None)
     with pytest.raises(ConfigError, match="agent.torso 'conv' needs grid observations"):

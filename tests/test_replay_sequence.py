@@ -72,6 +72,48 @@ def test_sequences_follow_one_env_across_adds_and_wrap_around():
             assert len(possible) == 31 and starts == possible  # 256 uniform draws reach every one
 
 
+class ObsStep(NamedTuple):
+    obs: jax.Array  # the step's time since the start (over every add)
+    env: jax.Array
+    terminated: jax.Array
+    truncated: jax.Array
+
+
+@pytest.mark.timeout(120)
+def test_lookahead_stashes_each_next_observation_and_never_samples_the_steps_it_took():
+    """With `lookahead`, each environment's next observation waits in the `B` slots after the
+    write head (`stash`, read back by `stashed`) until the next add writes over it; once the
+    buffer wraps, those slots are its oldest steps, which are then never sampled (every other
+    (env, start) is): capacity 40 (not a multiple of B = 3), sequences of 4, rollouts of 5 x 3."""
+    capacity, L, B, T = 40, 4, 3, 5
+    replay = make_sequence_replay(capacity, L, 256, lookahead=True)
+    add = jax.jit(lambda s, steps, next_obs: replay.stash(replay.add(s, steps), next_obs))
+    sample = jax.jit(lambda s, k: replay.sample(s, k, B))
+    state = replay.init(ObsStep(np.int32(0), np.int32(0), np.bool_(False), np.bool_(False)))
+    for k in range(8):
+        steps = rollout(T * k, T, B)
+        state = add(state, ObsStep(*steps), np.full((B,), T * (k + 1), np.int32))
+        np.testing.assert_array_equal(replay.stashed(state, B), T * (k + 1))
+        written = T * B * (k + 1)
+        assert bool(replay.can_sample(state, B)) == (min(written, capacity - B) >= (L - 1) * B + 1)
+        if not replay.can_sample(state, B):
+            continue
+        drawn = jax.device_get(sample(state, jax.random.key(k)).items)
+        np.testing.assert_array_equal(drawn.env, np.broadcast_to(drawn.env[0], drawn.env.shape))
+        np.testing.assert_array_equal(drawn.obs, drawn.obs[0] + np.arange(L)[:, None])
+        # Held, and not in a slot the stash took: the last `capacity - B` stream positions written.
+        position = drawn.obs * B + drawn.env
+        assert position.min() >= written + B - capacity and position.max() < written
+        starts = set(zip(drawn.obs[0].tolist(), drawn.env[0].tolist()))
+        possible = {(n, b) for n in range(T * (k + 1)) for b in range(B)
+                    if n * B + b >= written + B - capacity and (n + L - 1) * B + b < written}
+        assert starts <= possible
+        if k == 7:
+            assert len(possible) == 28 and starts == possible
+    with pytest.raises(ValueError, match="lookahead=True"):
+        make_sequence_replay(capacity, L, 4).stashed(state, B)
+
+
 @pytest.mark.timeout(60)
 def test_same_episode_marks_steps_after_an_end():
     done = jnp.array([[False, True, False], [True, False, False], [False, False, False], [True, False, True]])

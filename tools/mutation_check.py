@@ -130,6 +130,16 @@ MUTATIONS: tuple[Mutation, ...] = (
       (("podracer/agents/replay_mixing.py", "buffer.end_streams(state.local, ~stream_continues(buffer, state.local, "
         "traj.obs, B))", "state.local"),),
       ("tests/test_replay_mixing.py::test_replayed_sequences_end_where_the_environments_restarted",)),
+    M("muzero-splices-restarted-streams", "MuZero's sampled sequences run from a restarted environment's old "
+      "stream into its new one (targets and unrolls across the join)",
+      (("podracer/agents/muzero/learning.py", "local = end_restarted_streams(network, state.params, replay, "
+        "state.local, traj.obs[0], config.value_max)", "local = state.local"),),
+      ("tests/test_muzero_replay.py::test_replayed_sequences_end_where_the_environments_restarted",)),
+    M("sequence-lookahead-samples-stashed-slots", "a wrapped sequence buffer samples the oldest steps whose "
+      "observations the lookahead stash overwrote",
+      (("podracer/replay_sequence.py", "return jnp.maximum(num_envs - (capacity - size(state)), 0) if lookahead "
+        "else jnp.int32(0)", "return jnp.int32(0)"),),
+      ("tests/test_replay_sequence.py::test_lookahead_stashes_each_next_observation_and_never_samples_the_steps_it_took",)),
     M("dqn-target-update-off-by-one", "DQN copies its target one gradient step early",
       (("podracer/agents/dqn.py", "due = steps.mod(config.target_update_period) == 0",
         "due = steps.add(1).mod(config.target_update_period) == 0"),),

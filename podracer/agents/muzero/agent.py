@@ -5,7 +5,8 @@ Where its state lives (the `AgentState` contract):
   acting is a search over the learned model.
 - `opt_state`: `MuZeroLearnerState`, replicated learner-only state (optimizer, counters,
   replay credit).
-- `local`: this device's sequence buffer (`podracer.replay_sequence`), never averaged.
+- `local`: this device's sequence buffer (`podracer.replay_sequence`, each environment's
+  next observation stashed after its write head), never averaged.
 
 `act` searches (`search.make_acting`); `update` adds the rollout to the device's buffer
 and learns on sampled sequences (`learning.make_update`); `greedy_act` searches without
@@ -89,7 +90,8 @@ def _exact_config(config: MuZeroConfig, batch: BatchShape) -> MuZeroConfig:
     starts = (T - (unroll + td + 1) + 1) * batch.envs_per_device
     return dataclasses.replace(config, unroll_steps=unroll, td_steps=td, batch_size=starts, replay_ratio=None,
                                gradient_steps=1, learning_starts=0,
-                               buffer_size=max(config.buffer_size, (unroll + td + 1) * batch.transitions))
+                               buffer_size=max(config.buffer_size,
+                                               (unroll + td + 1) * batch.transitions + batch.envs_per_device))
 
 
 ALGORITHM = Algorithm(

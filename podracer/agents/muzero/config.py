@@ -119,8 +119,10 @@ class MuZeroConfig:
         return max(1, math.ceil(self.steps_per_update(per_device_batch)))
 
     def check_batch(self, batch: BatchShape) -> None:
-        """A device's buffer must hold `sequence_length` updates of `T * B` steps: enough
-        for one add and for a whole sequence of any of its environments."""
-        need = self.sequence_length * batch.transitions
+        """A device's buffer must hold `sequence_length` updates of `T * B` steps, and each
+        environment's next observation (the buffer's lookahead): enough for one add and for a
+        whole sequence of any of its environments."""
+        need = self.sequence_length * batch.transitions + batch.envs_per_device
         check(self.buffer_size >= need, "agent.buffer_size", f"must hold agent.sequence_length "
-              f"({self.sequence_length}) updates of {batch.transitions} steps per device ({need})", self.buffer_size)
+              f"({self.sequence_length}) updates of {batch.transitions} steps per device and the next observation "
+              f"of each of its {batch.envs_per_device} environments ({need})", self.buffer_size)

@@ -3,6 +3,12 @@ sampled sequences at a bounded replay ratio (as DQN's), gradients averaged over 
 
 No reanalyse: the value targets bootstrap from the root values the search computed when
 acting, and the policy targets are the search policies of that time.
+
+A sampled sequence may run from one rollout into the next. The steps hold no `next_obs`, so
+the buffer stashes each environment's last one (`SequenceReplay.stash`); where the next
+rollout does not start from it (Sebulba restarts its environments on resume, the buffers
+restored), the newest stored step is marked truncated and bootstraps from the value of the
+stashed observation (`end_restarted_streams`), so no target or unroll crosses the join.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from podracer.agents.muzero.config import MuZeroConfig
 from podracer.agents.muzero.losses import muzero_loss, unroll_model, unroll_targets
 from podracer.agents.muzero.networks import MuZeroNetwork
 from podracer.counters import Count
+from podracer.replay import same_observations
 from podracer.replay_sequence import (
     SequenceReplay,
     SequenceSample,
@@ -32,7 +39,8 @@ class ReplayStep(NamedTuple):
 
     final_value: where the episode was truncated after this step, the value of its final
                  observation under the parameters that added it (the bootstrap of a
-                 truncated episode); 0 elsewhere.
+                 truncated episode; for a stream cut where its environment restarted, under
+                 the parameters that found the cut); 0 elsewhere.
     """
 
     obs: Array
@@ -61,7 +69,7 @@ def make_optimizer(config: MuZeroConfig) -> optax.GradientTransformation:
 
 
 def make_replay(config: MuZeroConfig) -> SequenceReplay:
-    return make_sequence_replay(config.buffer_size, config.sequence_length, config.batch_size)
+    return make_sequence_replay(config.buffer_size, config.sequence_length, config.batch_size, lookahead=True)
 
 
 def example_step(obs_shape: tuple[int, ...], obs_dtype: Any, num_actions: int) -> ReplayStep:
@@ -72,22 +80,41 @@ def example_step(obs_shape: tuple[int, ...], obs_dtype: Any, num_actions: int) -
                       jnp.zeros((num_actions,), jnp.float32), scalar, scalar)
 
 
-def final_values(network: MuZeroNetwork, params: Params, traj: Trajectory, value_max: float) -> Array:
-    """`[T, B]`: the predicted value of `next_obs` where a step was truncated, else 0. The
-    network runs over the rollout only when some step was truncated (a time limit: rare)."""
+def values_where(network: MuZeroNetwork, params: Params, obs: Array, where: Array, value_max: float) -> Array:
+    """`[N]`: the predicted value of `obs [N, ...]` where `where [N]`, else 0. The network runs
+    only when some `where` holds (time limits and restarts: rare)."""
 
     def evaluate(carry: tuple[Array, Array]) -> tuple[Array, Array]:
-        T, B = traj.reward.shape
-        flat = traj.next_obs.reshape((T * B,) + traj.next_obs.shape[2:])
-        latent = network.apply(params, flat, method=MuZeroNetwork.represent)
+        latent = network.apply(params, obs, method=MuZeroNetwork.represent)
         _, value_logits = network.apply(params, latent, method=MuZeroNetwork.predict)
-        value = ops.categorical_to_scalar(value_logits, value_max).reshape(T, B)
-        return jnp.zeros_like(carry[0]), jnp.where(traj.truncated, value, 0.0)
+        value = ops.categorical_to_scalar(value_logits, value_max)
+        return jnp.zeros_like(carry[0]), jnp.where(where, value, 0.0)
 
     # A loop that runs its body at most once: `lax.cond` fails under vmap in shard_map.
-    # The start is derived from the rollout, so it has the rollout's (device-varying) type.
-    start = (jnp.any(traj.truncated), jnp.where(traj.truncated, 0.0, 0.0).astype(jnp.float32))
+    # The start is derived from `where`, so it has its (device-varying) type.
+    start = (jnp.any(where), jnp.where(where, 0.0, 0.0).astype(jnp.float32))
     return jax.lax.while_loop(lambda carry: carry[0], evaluate, start)[1]
+
+
+def final_values(network: MuZeroNetwork, params: Params, traj: Trajectory, value_max: float) -> Array:
+    """`[T, B]`: the predicted value of `next_obs` where a step was truncated, else 0."""
+    T, B = traj.reward.shape
+    flat = traj.next_obs.reshape((T * B,) + traj.next_obs.shape[2:])
+    return values_where(network, params, flat, traj.truncated.reshape(T * B), value_max).reshape(T, B)
+
+
+def end_restarted_streams(network: MuZeroNetwork, params: Params, replay: SequenceReplay, local: Any, obs: Array,
+                          value_max: float) -> Any:
+    """`local` with each environment's newest stored step ended where the rollout's first
+    observation `obs [B, ...]` is not the next observation stashed after it (the environment
+    restarted): marked truncated, its `final_value` the value of the stashed observation under
+    `params`. Where the stream goes on, or the step had ended, nothing changes."""
+    B = obs.shape[0]
+    stashed = replay.stashed(local, B)
+    newest: ReplayStep = replay.newest(local, B)
+    cut = ((replay.size(local) >= B) & ~newest.terminated & ~newest.truncated
+           & ~same_observations(stashed, obs.astype(stashed.dtype)))
+    return replay.end_streams(local, cut, {"final_value": values_where(network, params, stashed, cut, value_max)})
 
 
 def to_replay_steps(network: MuZeroNetwork, params: Params, traj: Trajectory, example: ReplayStep,
@@ -165,7 +192,9 @@ def make_update(
         num_devices = 1 if axis_name is None else jax.lax.axis_size(axis_name)
         per_update = config.steps_per_update(T * B)  # static: shapes are known when tracing
         max_steps = config.max_steps_per_update(T * B)
-        local = replay.add(state.local, to_replay_steps(network, state.params, traj, example, config.value_max))
+        local = end_restarted_streams(network, state.params, replay, state.local, traj.obs[0], config.value_max)
+        local = replay.add(local, to_replay_steps(network, state.params, traj, example, config.value_max))
+        local = replay.stash(local, traj.next_obs[-1])
         learner: MuZeroLearnerState = state.opt_state
         received = T * B * num_devices
         env_steps = learner.env_steps.add(received)
