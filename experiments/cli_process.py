@@ -72,9 +72,27 @@ def use_compilation_cache() -> str | None:
     except OSError:  # a read-only home: compile as before
         return None
     if jax.config.jax_compilation_cache_max_size == -1:  # -1: JAX's default, unbounded
+        _backfill_access_times(directory)
         jax.config.update("jax_compilation_cache_max_size", max_mb * 2**20)
     jax.config.update("jax_compilation_cache_dir", directory)
     return directory
+
+
+def _backfill_access_times(directory: str) -> None:
+    """Give every program in `directory` that has none the access-time file JAX's bounded
+    cache keeps beside it (its modification time): a directory an unbounded cache filled
+    (an earlier podracer, or JAX's default) would otherwise fail every write (JAX reads each
+    program's access time to choose what to evict), and nothing new would be cached."""
+    try:
+        names = set(os.listdir(directory))
+        for name in names:
+            key = name.removesuffix("-cache")
+            if key != name and f"{key}-atime" not in names:
+                mtime_ns = os.stat(os.path.join(directory, name)).st_mtime_ns
+                with open(os.path.join(directory, f"{key}-atime"), "wb") as f:
+                    f.write(mtime_ns.to_bytes(8, "little"))
+    except OSError:  # another process evicting it meanwhile, a read-only directory: JAX copes or warns
+        pass
 
 
 def _cache_max_mb() -> int:

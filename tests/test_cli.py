@@ -218,9 +218,11 @@ def test_the_compilation_cache_goes_where_the_user_says(tmp_path, monkeypatch, n
 def test_the_compilation_cache_is_bounded(tmp_path, monkeypatch, no_compilation_cache):
     """The cache podracer sets up keeps under `$PODRACER_COMPILATION_CACHE_MAX_MB` (least
     recently used programs deleted first); a bound the user gave JAX is left as it is; a
-    bound that is not a whole number of megabytes >= 1 is a usage error naming it."""
+    bound that is not a whole number of megabytes >= 1 is a usage error naming it; programs
+    an unbounded cache kept get the access times the bounded one needs."""
     import jax
     import jax.numpy as jnp
+    from jax._src import compilation_cache
 
     from experiments.cli import use_compilation_cache
 
@@ -231,10 +233,11 @@ def test_the_compilation_cache_is_bounded(tmp_path, monkeypatch, no_compilation_
         with pytest.raises(SystemExit):
             use_compilation_cache()
     monkeypatch.setenv("PODRACER_COMPILATION_CACHE_MAX_MB", "1")
+    cache.mkdir()
+    (cache / "jit_old-0123-cache").write_bytes(b"a program an unbounded cache kept")
     assert use_compilation_cache() == str(cache)
+    assert (cache / "jit_old-0123-atime").is_file()  # else JAX fails every write to the directory
     assert jax.config.jax_compilation_cache_max_size == 2**20
-    from jax._src import compilation_cache
-
     min_compile_s = jax.config.jax_persistent_cache_min_compile_time_secs
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     compilation_cache.reset_cache()  # JAX opens its cache once per process: this test's settings
@@ -245,7 +248,8 @@ def test_the_compilation_cache_is_bounded(tmp_path, monkeypatch, no_compilation_
         compilation_cache.reset_cache()
     names = [path.name for path in cache.iterdir()]
     # JAX's bounded (LRU) cache keeps an access time beside each program; the unbounded one does not.
-    assert any(name.endswith("-cache") for name in names) and any(name.endswith("-atime") for name in names), names
+    assert any(name.endswith("-cache") and not name.startswith("jit_old") for name in names), names
+    assert all(name.replace("-cache", "-atime") in names for name in names if name.endswith("-cache")), names
 
     jax.config.update("jax_compilation_cache_dir", None)
     jax.config.update("jax_compilation_cache_max_size", 12345)
