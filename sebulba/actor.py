@@ -28,6 +28,7 @@ from podracer.config import EnvConfig
 from podracer.envs.host import HostEnv, HostStep, env_metrics, make_host_env
 from podracer.parallel import put_process_batch
 from podracer.runner.episodes import EpisodeStats
+from podracer.runner.guard import NonFiniteError
 from podracer.types import Agent, Array, CoreState, Params, PRNGKey, Trajectory
 from sebulba.params import ParamSource
 from sebulba.threads import Stopped, put
@@ -141,6 +142,36 @@ def collect_rollout(
     return Rollout(_trajectory(buffers), state, episodes, env_wait, inference)
 
 
+def check_env_finite(trajectory: Trajectory, env_id: str, thread: int, steps_before: int) -> None:
+    """Raise `NonFiniteError` naming the first non-finite reward or (floating) observation
+    the host environment returned in `trajectory` `[T, B, ...]`, which follows
+    `steps_before` steps of this actor's environments. Caught here, before the learner sees
+    it, it is named as the environment's; past this point it would surface as a non-finite
+    loss, or sit in a replay buffer that every later checkpoint saves."""
+    # Each `[T, B]` flag with the step that returned it (step 0 is the reset): obs[t] came
+    # from step t, next_obs[t] and reward[t] from step t + 1.
+    found = [(_non_finite(trajectory.obs), 0, "observation"), (_non_finite(trajectory.next_obs), 1, "observation"),
+             (_non_finite(trajectory.reward), 1, "reward")]
+    firsts = [(int(t) + offset, int(b), what) for bad, offset, what in found if bad.any()
+              for t, b in np.argwhere(bad)[:1]]
+    if firsts:
+        step, b, what = min(firsts)
+        when = "on reset" if steps_before + step == 0 else f"at step {steps_before + step}"
+        raise NonFiniteError(f"host environment {env_id} returned a non-finite {what} {when} of its environment "
+                             f"{b} (actor thread {thread}); run stopped before learning from it")
+
+
+def _non_finite(tree: Any) -> np.ndarray:
+    """`bool [T, B]`: where a floating leaf of `tree` (`[T, B, ...]` leaves) is not finite."""
+    leaves = [np.asarray(x) for x in jax.tree.leaves(tree)]
+    shape = leaves[0].shape[:2]
+    bad = np.zeros(shape, bool)
+    for x in leaves:
+        if np.issubdtype(x.dtype, np.inexact):
+            bad |= ~np.isfinite(x).reshape(shape + (-1,)).all(-1)
+    return bad
+
+
 @jax.jit
 def _time_axis(core: CoreState) -> CoreState:
     """`[B, ...] -> [1, B, ...]`, on its device (`Trajectory.core`)."""
@@ -229,6 +260,7 @@ class Actor:
             started = time.perf_counter()
             rollout = collect_rollout(env, self.policy_step, params, state, self.rollout_length, stop)
             state = rollout.state
+            check_env_finite(rollout.trajectory, self.env_config.id, self.index, i * self.rollout_length)
             timings = {"env_wait_s": rollout.env_wait_s, "inference_s": rollout.inference_s,
                        "param_wait_s": param_wait, "queue_wait_s": queue_wait}
             # With several processes this is this process's part of one global batch.

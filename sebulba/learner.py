@@ -157,8 +157,9 @@ class Learner:
     is then called with `final=True` (also after the last update), and after every
     other update with `final=False` (it decides whether one is due). `waits` marks the
     update and the stop agreement as waits on the other processes. A single-process run
-    whose actor is stuck also stops while waiting for its trajectory (`take_trajectories`),
-    checkpointing the updates applied so far.
+    also stops before its first update when asked to while it set up or compiled, and
+    while waiting for a stuck actor's trajectory (`take_trajectories`), checkpointing the
+    updates applied so far.
     """
 
     update_step: UpdateStep
@@ -183,18 +184,23 @@ class Learner:
     def run(self, stop: threading.Event) -> None:
         split = make_key_split(self.mesh)
         self.publish(self.first_update)
+        alone = jax.process_count() == 1
         for update in range(self.first_update, self.num_updates):
             start = time.perf_counter()
-            items = self.take_trajectories(stop)
+            # Alone (no other process to agree with), a stop asked for before this update
+            # (while the run set up or compiled) ends the run before it.
+            items = None if alone and self.stop_requested() else self.take_trajectories(stop)
             if items is None:
-                self.stopped = True
-                self.checkpoint(self, update, True)
+                self.stop_before(update)
                 return
             waited = time.perf_counter() - start
             key, step_keys = split(self.key)
             trajectories = tuple(item.trajectory for item in items)
             if update == self.first_update:
                 compile_ahead(self.update_step, self.state, trajectories, step_keys)
+                if alone and self.stop_requested():  # asked while compiling (minutes, for a CNN)
+                    self.stop_before(update)
+                    return
             with self.waits.waiting(f"update {update + 1}"):
                 state, metrics = self.update_step(self.state, trajectories, step_keys)
                 metrics, finite = jax.device_get((metrics, all_finite(state.params)))
@@ -214,6 +220,11 @@ class Learner:
             self.checkpoint(self, update + 1, self.stopped or update + 1 == self.num_updates)
             if self.stopped:
                 return
+
+    def stop_before(self, update: int) -> None:
+        """End a stopped run before update `update + 1`: checkpoint the `update` applied."""
+        self.stopped = True
+        self.checkpoint(self, update, True)
 
     def take_trajectories(self, stop: threading.Event) -> list[RolloutItem] | None:
         """One trajectory from each actor thread's queue. A single-process run (no other

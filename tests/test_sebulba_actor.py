@@ -218,3 +218,51 @@ def test_env_metrics_reach_the_metrics_rows(monkeypatch):
     plain = items[1]._replace(env_metrics={})
     reporter(UpdateRecord(2, {"loss": np.zeros(())}, [plain], [0], 0.0, 0.0, 0, EpisodeStats.host_zeros()))
     assert not any(name.startswith("env_") and name != "env_steps" for name in rows[-1])
+
+
+class PoisonedEnv(NumberedEnv):
+    """NumberedEnv whose env 2 returns NaN in `field` on step `at` (1-based over the run;
+    "reset" poisons its observation after the reset that follows that step)."""
+
+    def __init__(self, field: str, at: int) -> None:
+        super().__init__()
+        self.field, self.at, self.steps = field, at, 0
+
+    def recv(self) -> HostStep:
+        step = super().recv()
+        self.steps += 1
+        if self.steps != self.at:
+            return step
+        ts = step.timestep
+        obs, reward, final_obs = ts.obs.copy(), ts.reward.copy(), ts.final_obs.copy()
+        {"reward": reward, "final_obs": final_obs, "reset": obs}[self.field][2] = np.nan
+        return step._replace(timestep=ts._replace(obs=obs, reward=reward, final_obs=final_obs))
+
+
+@pytest.mark.parametrize("field, at, what", [("reward", 7, "reward at step 7"),
+                                             ("final_obs", 4, "observation at step 4"),
+                                             ("reset", 8, "observation at step 8"),
+                                             ("reward", 10, "reward at step 10")])
+def test_a_non_finite_reward_or_observation_stops_the_actor_naming_the_environment(monkeypatch, field, at, what):
+    """A host environment that returns NaN (a reward, an observation an episode ended in,
+    or the first one of the next episode) stops its actor with a `NonFiniteError` naming
+    the environment and the step, and the trajectory holding it never reaches the learner:
+    learned from, it would show as a non-finite loss (an algorithm's divergence), and in a
+    replay buffer it would be saved by every checkpoint before that (so a resume fails again)."""
+    from podracer.runner import NonFiniteError
+
+    env = PoisonedEnv(field, at)  # env 2 ends its episodes after 4, 8, ... steps: obs is then a reset one
+    monkeypatch.setattr(sebulba.actor, "make_host_env", lambda *args, **kwargs: env)
+    source = ParamSource(jax.devices()[0])
+    source.publish(jnp.float32(VERSION), VERSION)
+    out: queue.Queue = queue.Queue(ROLLOUTS)
+    agent = Agent(init=None, act=act, update=None)
+    actor = Actor(index=1, env_config=EnvConfig("CartPole-v1"), num_envs=4, seed=0, env_threads=1,
+                  rollout_length=T, max_policy_lag=0, policy_step=make_policy_step(agent), params=source,
+                  agent=agent, out=out,
+                  sharding=trajectory_sharding(parallel.make_mesh(jax.devices()[:1], "learner")),
+                  num_rollouts=ROLLOUTS)
+    with pytest.raises(NonFiniteError, match=f"CartPole-v1 returned a non-finite {what} of its environment 2 "
+                                             r"\(actor thread 1\)"):
+        actor.run(threading.Event())
+    assert env.closed and out.qsize() == (at - 1) // T  # the rollouts before the poisoned one

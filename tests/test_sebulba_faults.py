@@ -8,6 +8,7 @@ import dataclasses
 import threading
 import time
 
+import numpy as np
 import pytest
 
 import sebulba.actor
@@ -176,6 +177,32 @@ def test_stop_request_ends_a_run_whose_actor_is_stuck(monkeypatch, tmp_path):
     with Checkpointer(checkpoint_dir(config.run_dir), read_only=True) as checkpoints:
         assert checkpoints.latest_step() == updates
         assert checkpoints.progress().env_steps == result.env_steps
-    stop_soon = iter([False, True])
-    resumed = train_lib.resume(config.run_dir, console=False, should_stop=lambda: next(stop_soon, True))
+    rows: list[dict] = []  # a row per update: stop after the first update of the resumed session
+    resumed = train_lib.resume(config.run_dir, console=False, on_metrics=rows.append, should_stop=lambda: bool(rows))
     assert resumed.stopped and int(resumed.state.update_count) > updates
+
+
+class NanRewardEnv(FailingEnv):
+    """A host env whose rewards turn NaN after `fail_after` steps."""
+
+    def recv(self):
+        self._left -= 1
+        step = self._env.recv()
+        if self._left >= 0:
+            return step
+        return step._replace(timestep=step.timestep._replace(reward=step.timestep.reward * np.nan))
+
+
+def test_a_nan_reward_stops_every_thread_naming_the_environment(monkeypatch):
+    """A host environment that returns NaN rewards ends the run promptly with a
+    `NonFiniteError` (the command line's one line, exit 1) naming the environment, not the
+    loss it would have made non-finite; every thread stops."""
+    def make_env(config, num_envs, seed, num_threads=0):
+        env = make_host_env(config, num_envs, seed, num_threads)
+        return NanRewardEnv(env, 20, []) if seed == sebulba.runner.actor_seed(0, 2) else env
+
+    monkeypatch.setattr(sebulba.actor, "make_host_env", make_env)
+    with pytest.raises(NonFiniteError, match=r"^host environment CartPole-v1 returned a non-finite reward at step 21 "
+                                             r"of its environment 0 \(actor thread 2\)"):
+        train(fault_config())
+    assert sebulba_threads() == []

@@ -7,6 +7,7 @@ import jax
 import numpy as np
 import pytest
 
+import sebulba.learner
 import sebulba.runner
 from experiments import train as train_lib
 from experiments.evaluate import evaluate
@@ -186,3 +187,38 @@ def test_a_stop_between_log_points_flushes_its_updates_into_a_row():
     assert [row["env_steps"] for row in rows] == [30] and rows[0]["loss"] == 3.0 and reporter.rows == 1
     reporter.flush()
     assert len(rows) == 1 and reporter.rows == 1
+
+
+@pytest.mark.parametrize("when", ["before the run", "while compiling"])
+def test_a_stop_before_the_first_update_applies_none(tmp_path, monkeypatch, when):
+    """A stop asked for while the run sets up or compiles (Ctrl-C, SIGTERM) ends a
+    single-process run before its first update, instead of after it: on a CPU a CNN's
+    first update (compile and run) takes minutes. The updates applied so far (none) are
+    checkpointed and the run resumes from there."""
+    monkeypatch.setattr(sebulba.learner, "STUCK_S", 60.0)  # actors that compile slowly are still waited for
+    asked, updates = [when == "before the run"], []
+
+    def counting(agent, mesh):
+        step = make_update_step(agent, mesh)
+
+        def counted(state, trajectories, keys):
+            updates.append(1)
+            return step(state, trajectories, keys)
+
+        def compile_ahead(state, trajectories, keys):
+            step.compile(state, trajectories, keys)
+            asked.append(True)  # Ctrl-C while the update compiles
+
+        counted.compile = compile_ahead
+        return counted
+
+    monkeypatch.setattr(sebulba.runner, "make_update_step", counting)
+    with Checkpointer(str(tmp_path / "checkpoints")) as checkpoints:
+        result = sebulba.runner.train(TINY, checkpointer=checkpoints, should_stop=lambda: any(asked))
+        assert checkpoints.latest_step() == 0 and checkpoints.progress().env_steps == 0
+    assert result.stopped and result.env_steps == 0 and updates == []
+    assert int(result.state.update_count) == 0
+    if when == "before the run":
+        with Checkpointer(str(tmp_path / "checkpoints")) as checkpoints:
+            resumed = sebulba.runner.train(TINY, checkpointer=checkpoints, resume=True)
+        assert not resumed.stopped and int(resumed.state.update_count) == 12
