@@ -4,6 +4,7 @@ persistent compilation cache."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 import time
@@ -71,7 +72,9 @@ def use_compilation_cache() -> str | None:
         os.makedirs(directory, exist_ok=True)
     except OSError:  # a read-only home: compile as before
         return None
-    if jax.config.jax_compilation_cache_max_size == -1:  # -1: JAX's default, unbounded
+    # -1: JAX's default, unbounded. JAX's bound needs filelock (a dependency; a checkout
+    # used without reinstalling may lack it, and JAX would then turn the whole cache off).
+    if jax.config.jax_compilation_cache_max_size == -1 and importlib.util.find_spec("filelock") is not None:
         _backfill_access_times(directory)
         jax.config.update("jax_compilation_cache_max_size", max_mb * 2**20)
     jax.config.update("jax_compilation_cache_dir", directory)

@@ -8,7 +8,8 @@ process the steps just run locally.
 
 1. config: every process's resolved config, but for `run_dir` and the process's own
    `distributed.process_id` and `coordinator` spelling, must equal process 0's (compared
-   by hash; the error names the first field that differs).
+   by hash; the error names the first field that differs), and either every process
+   resumes the run (`--resume`) or none does.
 2. run_dir: process 0 decides it (given, or the default `runs/<preset>-<time>`) and the
    others receive it; a process given another `--run-dir` is an error naming both.
 3. setup: the runner's checks (devices, sizes, environment) pass on every process.
@@ -109,7 +110,7 @@ def check_same_session(values: list[dict[str, Any]]) -> None:
 
 
 def check_same_config(values: list[dict[str, Any]]) -> None:
-    """ConfigError naming the first process and field that differ from process 0."""
+    """StartupError naming the first process and field that differ from process 0."""
     reference = values[0]
     for other, theirs in enumerate(values[1:], start=1):
         if theirs["hash"] == reference["hash"]:
@@ -120,7 +121,7 @@ def check_same_config(values: list[dict[str, Any]]) -> None:
 
 
 def agreed_run_dir(values: list[dict[str, Any]]) -> str:
-    """Process 0's run directory; ConfigError if another process was given a different one."""
+    """Process 0's run directory; StartupError if another process was given a different one."""
     leader = values[0]["run_dir"]
     for other, theirs in enumerate(values[1:], start=1):
         given = theirs["run_dir"]
@@ -146,7 +147,7 @@ def agree_on_config(config: Config, run_dir: str | None, error: str | None, time
 
 def check_shared_storage(run_dir: str, prepare: Callable[[], None], timeout_s: float) -> None:
     """Step 4: process 0 runs `prepare` (creates the run directory) and writes a marker
-    there; ConfigError on every process if one of them cannot see it."""
+    there; StartupError on every process if one of them cannot see it."""
     leader, multiprocess = distributed.is_leader(), distributed.process_count() > 1
     marker = os.path.join(run_dir, MARKER_PREFIX + uuid.uuid4().hex)
     error = None
@@ -189,7 +190,7 @@ def _appears(path: str, within_s: float) -> bool:
 
 
 def check_same_checkpoint(values: list[dict[str, Any]], run_dir: str) -> None:
-    """A resumed run restores one checkpoint: ConfigError unless every process found the
+    """A resumed run restores one checkpoint: StartupError unless every process found the
     same latest one in `run_dir`."""
     for other, theirs in enumerate(values[1:], start=1):
         if theirs["updates"] != values[0]["updates"]:

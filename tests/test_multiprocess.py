@@ -124,7 +124,9 @@ def test_a_checkpoint_shard_damaged_for_one_process_ends_every_process_at_once(t
     code, _, err, waited = finish(procs[0], 110)
     assert code == 1 and waited < 15, err[-3000:]
     assert error_line(err).startswith(f"podracer: error: process 1 failed: {damaged}")
-    assert time.monotonic() - begin < 60  # well before the deadline (120 s) of a wait on process 1
+    # Before the deadline (120 s) of a wait on process 1 could pass: both processes' start-up
+    # (imports, joining, setup) counts here too, which a loaded machine can slow to a minute.
+    assert time.monotonic() - begin < 100
 
 
 def latest_checkpoint(run_dir):
