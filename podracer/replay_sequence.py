@@ -84,6 +84,12 @@ class SequenceReplay(NamedTuple):
     stashed: Callable[[Any, int], Any]
 
 
+def max_capacity(batch_size: int) -> int:
+    """The largest capacity that samples `batch_size` sequences exactly: stratified sampling
+    (`stratified_starts`) counts positions in int32, up to `batch_size ** 2 + capacity`."""
+    return 2**31 - 1 - batch_size**2
+
+
 def make_sequence_replay(capacity: int, sequence_length: int, batch_size: int,
                          lookahead: bool = False) -> SequenceReplay:
     """A buffer of `capacity` steps (all environments of a device together) that samples
@@ -93,9 +99,9 @@ def make_sequence_replay(capacity: int, sequence_length: int, batch_size: int,
     `lookahead`, `B` more: the stash's)."""
     if min(capacity, sequence_length, batch_size) < 1:
         raise ValueError("capacity, sequence_length and batch_size must be >= 1")
-    if batch_size**2 + capacity >= 2**31:
-        raise ValueError(f"batch_size {batch_size} is too large for exact stratified sampling (batch_size ** 2 "
-                         f"+ capacity must stay below 2 ** 31)")
+    if capacity > max_capacity(batch_size):
+        raise ValueError(f"capacity {capacity} is too large for exact stratified sampling of {batch_size} sequences "
+                         f"(at most {max_capacity(batch_size)})")
     buffer = fbx.make_trajectory_buffer(
         add_batch_size=1, sample_batch_size=1, sample_sequence_length=1, period=1, min_length_time_axis=1,
         max_length_time_axis=capacity,

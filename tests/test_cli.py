@@ -43,9 +43,9 @@ from tests.helpers import TINY_ARGS, assert_one_line_error, run_main, subprocess
         (["plot", "runs/a", "--out", "a.png", "--smooth", "-2"], "--smooth must be >= 1 (rows averaged), got -2"),
         # sequence buffers too large for int32 positions: a ValueError (a traceback) at setup or init
         (["train", "muzero-catch-anakin", "--agent.buffer-size", "3e9"],
-         "agent.buffer_size must be < 2**31 - agent.batch_size**2 (2147479552), got 3000000000"),
+         "agent.buffer_size must be <= 2147479551 to sample 64 sequences exactly"),
         (["train", "impala-replay-breakout-minatar-anakin", "--agent.replay-capacity", "2147483647"],
-         "agent.replay_capacity must be < 2**31 - M**2 (2147483392; M = 16 replayed sequences per update)"),
+         "agent.replay_capacity must be <= 2147483391 to sample 16 sequences per update exactly"),
         (["bench", "sebulbaa"], "invalid choice"),
         (["bench", "sebulba", "--seconds", "0"], "--seconds must be a positive number of seconds, got 0.0"),
         (["bench", "sebulba", "--seconds", "-1"], "--seconds must be a positive number of seconds, got -1.0"),

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 from podracer import parallel
 from podracer.config import check
 from podracer.replay import same_observations
-from podracer.replay_sequence import SequenceReplay, make_sequence_replay
+from podracer.replay_sequence import SequenceReplay, make_sequence_replay, max_capacity
 from podracer.types import (
     Agent,
     AgentState,
@@ -58,9 +58,9 @@ def check_replay(fraction: float, capacity: int, batch: BatchShape, field: str =
           "environments of each device (e.g. 0.5: as many replayed as fresh)", fraction)
     check(batch.transitions <= capacity, "agent.replay_capacity",
           f"must hold one device's rollout of {batch.transitions} steps", capacity)
-    # the sequence buffer's stratified sampling counts positions in int32 (replay_sequence)
-    check(replayed**2 + capacity < 2**31, "agent.replay_capacity",
-          f"must be < 2**31 - M**2 ({2**31 - replayed**2}; M = {replayed} replayed sequences per update)", capacity)
+    check(capacity <= max_capacity(replayed), "agent.replay_capacity",
+          f"must be <= {max_capacity(replayed)} to sample {replayed} sequences per update exactly "
+          "(podracer.replay_sequence.max_capacity)", capacity)
     return replayed
 
 

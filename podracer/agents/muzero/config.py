@@ -7,6 +7,7 @@ import math
 from typing import Literal
 
 from podracer.config import check
+from podracer.replay_sequence import max_capacity
 from podracer.types import BatchShape
 
 SEARCHES = ("gumbel", "muzero")
@@ -98,9 +99,9 @@ class MuZeroConfig:
               "must be odd and >= 3 (a bin at 0)", self.num_bins)
         check(self.batch_size <= self.buffer_size, "agent.batch_size",
               f"must be <= agent.buffer_size ({self.buffer_size})", self.batch_size)
-        # the sequence buffer's stratified sampling counts positions in int32 (replay_sequence)
-        check(self.batch_size**2 + self.buffer_size < 2**31, "agent.buffer_size",
-              f"must be < 2**31 - agent.batch_size**2 ({2**31 - self.batch_size**2})", self.buffer_size)
+        check(self.buffer_size <= max_capacity(self.batch_size), "agent.buffer_size",
+              f"must be <= {max_capacity(self.batch_size)} to sample {self.batch_size} sequences exactly "
+              "(podracer.replay_sequence.max_capacity)", self.buffer_size)
 
     @property
     def sequence_length(self) -> int:
