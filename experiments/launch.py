@@ -34,7 +34,8 @@ def process_command(train_args: list[str], port: int, n: int, i: int) -> list[st
 
 def launch_local(train_args: list[str], num_processes: int, cpu_devices: int | None) -> int:
     """Run `podracer train TRAIN_ARGS` (a preset and overrides, or `--resume RUN_DIR`) as
-    `num_processes` processes to completion; returns 0 or the first non-zero exit status.
+    `num_processes` processes to completion; returns 0 or the first non-zero exit status
+    (`root_status` among processes that failed together).
 
     SIGTERM or Ctrl-C to the launcher stops the run as it stops any run: every process gets
     SIGTERM, checkpoints and exits within its own `distributed.stop_timeout_s`, and the
@@ -58,7 +59,7 @@ def launch_local(train_args: list[str], num_processes: int, cpu_devices: int | N
                     _signal(procs, signal.SIGTERM)
                 failed = [p.returncode for p in procs if p.returncode not in (None, 0)]
                 if failed and not status and not forwarded:
-                    status = failed[0]
+                    status = root_status(failed)
                     print(f"podracer: a process exited with status {status}; stopping the others", file=sys.stderr)
                     _stop(procs)
                 time.sleep(0.2)
@@ -68,6 +69,16 @@ def launch_local(train_args: list[str], num_processes: int, cpu_devices: int | N
     if forwarded:
         return 128 + stop.signum
     return status or next((p.returncode for p in procs if p.returncode), 0)
+
+
+def root_status(failed: list[int]) -> int:
+    """The exit status to report of processes found failed at the same time (in process
+    order): the first other than 1, which is also the status of a process that stops
+    because another one failed (`experiments.watchdog`), so that a usage error (2) or a
+    crash one process had is reported rather than the others' following it."""
+    from experiments.watchdog import WAIT_FAILED
+
+    return next((code for code in failed if code != WAIT_FAILED), failed[0])
 
 
 def _signal(procs: list[subprocess.Popen], signum: int) -> None:

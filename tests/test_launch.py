@@ -60,3 +60,14 @@ def test_sigterm_to_the_launcher_stops_every_process(tmp_path):
                 os.kill(int(p.read_text()), signal.SIGKILL)
             except (OSError, ValueError):
                 pass
+
+
+def test_the_status_reported_is_the_failure_the_others_followed():
+    """Processes found failed in the same poll: process 0 stopping because process 1 failed
+    (status 1) does not hide process 1's own status (2, a usage error); a lone 1 is a 1."""
+    from experiments.launch import root_status
+
+    assert root_status([1, 2]) == 2
+    assert root_status([1, 134, 2]) == 134
+    assert root_status([1, 1]) == 1
+    assert root_status([2]) == 2
