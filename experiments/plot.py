@@ -39,23 +39,41 @@ def read_curves(run_dir: str) -> Curves:
     if not rows:
         raise ConfigError(f"{path} has no rows yet")
 
+    for number, row in enumerate(rows, 1):
+        missing = [key for key in ("env_steps", "wall_s") if not isinstance(row, dict) or row.get(key) is None]
+        if missing:
+            raise ConfigError(f"{path}: row {number} has no {' or '.join(missing)} (not a podracer metrics row)")
+    seeds = max(len(row.get("episode_return_per_seed") or [None]) for row in rows)
+
     def per_seed(row: dict) -> list[float]:
-        values = row.get("episode_return_per_seed") or [row.get("episode_return")]
-        return [np.nan if v is None else float(v) for v in values]
+        # A row without per-seed returns in a multi-seed run (or a metric missing) is NaN there.
+        values = row.get("episode_return_per_seed") or [row.get("episode_return") if seeds == 1 else None]
+        values = [np.nan if v is None else float(v) for v in values]
+        return values + [np.nan] * (seeds - len(values))
 
     returns = np.array([per_seed(row) for row in rows], dtype=float).T
     return Curves(np.array([r["env_steps"] for r in rows], float), np.array([r["wall_s"] for r in rows], float),
                   returns)
 
 
-def default_label(run_dir: str) -> str:
+def default_label(run_dir: str, name: str | None = None) -> str:
+    """`name` (default: the directory's name) with the run's environment when it lacks it."""
     try:
         config = load_run_config(run_dir)
         env = config.env.id
     except ConfigError:
         env = None
-    name = os.path.basename(os.path.normpath(run_dir))
+    name = os.path.basename(os.path.normpath(run_dir)) if name is None else name
     return name if env is None or env in name else f"{name} ({env})"
+
+
+def default_labels(run_dirs: Sequence[str | os.PathLike]) -> list[str]:
+    """A label per run: its directory's name, or the path as given where different runs share
+    that name (`sweep1/ppo`, `sweep2/ppo`), as only runs given the same label are pooled."""
+    paths = [os.path.normpath(d) for d in run_dirs]
+    names = [os.path.basename(path) for path in paths]
+    shared = {name for name in names if len({p for p, n in zip(paths, names) if n == name}) > 1}
+    return [default_label(d, path if name in shared else name) for d, path, name in zip(run_dirs, paths, names)]
 
 
 def pooled(curves: Sequence[Curves], x_field: str, smooth: int) -> tuple[np.ndarray, np.ndarray]:
@@ -113,7 +131,7 @@ def plot_figure(
     if spread not in ("stderr", "minmax"):
         raise ConfigError(f"spread must be stderr or minmax, got {spread!r}")
     groups: dict[str, list[Curves]] = {}
-    for run_dir, label in zip(run_dirs, labels or [default_label(d) for d in run_dirs]):
+    for run_dir, label in zip(run_dirs, labels or default_labels(run_dirs)):
         groups.setdefault(label, []).append(read_curves(run_dir))
     return _draw(groups, spread, max(1, smooth), title)
 
@@ -168,8 +186,9 @@ def _draw(groups: dict[str, list[Curves]], spread: str, smooth: int, title: str 
         for ax in axes:
             ax.set_xlim(left=0)
         spread_name = "±1 standard error" if spread == "stderr" else "min–max"
-        axes[0].legend(frameon=False, loc="lower right", title=f"mean over seeds, shaded {spread_name}",
-                       title_fontsize=9, alignment="left")
+        if axes[0].lines:  # a run with no episode ended yet draws no curve, and no legend
+            axes[0].legend(frameon=False, loc="lower right", title=f"mean over seeds, shaded {spread_name}",
+                           title_fontsize=9, alignment="left")
         if title:
             figure.suptitle(title)
     return figure

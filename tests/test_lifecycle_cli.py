@@ -301,6 +301,46 @@ def test_plot_draws_runs_and_seeds(tmp_path, capsys):
     assert len(podracer_plot(str(tmp_path / "a")).axes) == 2  # one run given as a path, not a list
 
 
+def test_plot_reads_rows_with_missing_returns_and_refuses_foreign_rows(tmp_path, capsys):
+    """A multi-seed run's row without per-seed returns counts as NaN for every seed (not a
+    ragged-array traceback), a run in which no episode ended yet draws no curve and no legend
+    warning, and a row without env_steps or wall_s is a one-line error naming it."""
+    import warnings
+
+    from experiments.plot import read_curves
+
+    run = tmp_path / "seeds"
+    run.mkdir()
+    rows = [{"env_steps": 100 * i, "wall_s": float(i), "episode_return": 2.0, "episode_return_per_seed": [1.0, 3.0]}
+            for i in (1, 2)] + [{"env_steps": 300, "wall_s": 3.0, "episode_return": None}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    np.testing.assert_array_equal(read_curves(str(run)).returns, [[1.0, 1.0, np.nan], [3.0, 3.0, np.nan]])
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "metrics.jsonl").write_text(json.dumps({"env_steps": 100, "wall_s": 1.0, "episode_return": None}) + "\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert podracer_plot(str(empty)).axes[0].get_legend() is None
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "metrics.jsonl").write_text('{"env_steps": 100, "episode_return": 1.0}\n')
+    assert_one_line_error(*run_main(capsys, "plot", foreign, "--out", tmp_path / "f.png"),
+                          "row 1 has no wall_s")
+
+
+def test_plot_keeps_different_runs_with_the_same_directory_name_apart(tmp_path):
+    """Without --labels, `sweep1/ppo` and `sweep2/ppo` are two curves (labelled by their
+    paths), not pooled into one as runs given the same label are; the same run twice is one."""
+    (tmp_path / "sweep1").mkdir()
+    (tmp_path / "sweep2").mkdir()
+    write_fake_run(tmp_path / "sweep1" / "ppo", 1, 0.0)
+    write_fake_run(tmp_path / "sweep2" / "ppo", 1, 0.3)
+    runs = [str(tmp_path / "sweep1" / "ppo"), str(tmp_path / "sweep2" / "ppo") + "/"]
+    labels = [line.get_label() for line in podracer_plot(runs).axes[0].lines]
+    assert labels == [os.path.normpath(run) for run in runs]
+    assert [line.get_label() for line in podracer_plot([runs[0], runs[0]]).axes[0].lines] == ["ppo (n=2)"]
+
+
 def podracer_plot(*args, **kwargs):
     import podracer
 
