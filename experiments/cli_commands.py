@@ -56,12 +56,13 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     from experiments.evaluate import evaluate
 
     result = evaluate(args.run_dir, episodes=args.episodes, seed=args.seed, agent_seed=args.agent_seed,
-                      sample=args.sample, video=args.video, max_steps=args.max_steps)
+                      sample=args.sample, video=args.video, max_steps=args.max_steps, step=args.step)
     if args.json:
         print(json.dumps(result))
     else:
         print(f"{result['env']}: mean return {result['mean_return']:.2f} +- {result['std_return']:.2f} over "
-              f"{result['episodes']} episodes ({result['policy']} policy, {result['env_steps']:,} env steps)")
+              f"{result['episodes']} episodes ({result['policy']} policy, update {result['step']}, "
+              f"{result['env_steps']:,} env steps)")
         if result["unfinished"]:
             print(f"{result['unfinished']} episodes had not ended after --max-steps {args.max_steps} steps: "
                   "their returns so far are counted")

@@ -60,6 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--agent-seed", type=int, default=0, help="which of the run's seeds (default 0)")
     evaluate.add_argument("--sample", action="store_true",
                           help="sample actions instead of the greedy ones (argmax; a Gaussian's mean)")
+    evaluate.add_argument("--step", type=int, metavar="N",
+                          help="the checkpoint of update N, one the run kept (default: the latest)")
     evaluate.add_argument("--json", action="store_true", help="print one JSON object")
     evaluate.add_argument("--video", metavar="FILE", help="write one episode as FILE (.gif or .mp4)")
     evaluate.add_argument("--max-steps", type=int, default=100_000, metavar="N",

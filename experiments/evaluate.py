@@ -64,6 +64,7 @@ class Loaded(NamedTuple):
     policy: Policy
     params: Params
     env_steps: int
+    updates: int = 0  # the checkpoint's step: updates applied
 
 
 def is_host_run(config: Config) -> bool:
@@ -75,10 +76,12 @@ def is_host_run(config: Config) -> bool:
 
 def evaluate(
     run_dir: str, episodes: int = 100, seed: int = 0, agent_seed: int = 0, sample: bool = False,
-    video: str | None = None, max_steps: int = DEFAULT_MAX_STEPS,
+    video: str | None = None, max_steps: int = DEFAULT_MAX_STEPS, step: int | None = None,
 ) -> dict[str, Any]:
-    """`{"mean_return", "std_return", "episodes", "unfinished", ...}` of the run's latest
-    checkpoint; `max_steps` bounds every episode (see the module docstring)."""
+    """`{"mean_return", "std_return", "episodes", "unfinished", "step", ...}` of the run's
+    latest checkpoint, or of the checkpoint of update `step` (one the run kept: an earlier
+    policy, or the one before a damaged latest); `max_steps` bounds every episode (see the
+    module docstring)."""
     if episodes < 1:
         raise ConfigError(f"--episodes must be >= 1, got {episodes}")
     if not 1 <= max_steps < 2**31:  # the JAX loop counts steps in an int32
@@ -90,7 +93,7 @@ def evaluate(
     if video is not None:
         _check_video(env, config, video)
     obs_spec, action_spec = specs(config, env)
-    loaded = load_policy(run_dir, config, obs_spec, action_spec, agent_seed, sample)
+    loaded = load_policy(run_dir, config, obs_spec, action_spec, agent_seed, sample, step)
     key_eval, key_video = jax.random.split(jax.random.key(seed))
     if env is None:
         returns, frames, unfinished = host_episode_returns(config, loaded.policy, loaded.params, key_eval, episodes,
@@ -104,6 +107,7 @@ def evaluate(
         "unfinished": unfinished,
         "env": config.env.id,
         "env_steps": loaded.env_steps,
+        "step": loaded.updates,
         "agent_seed": agent_seed,
         "seed": seed,
         "policy": "sample" if sample else ("mean" if isinstance(action_spec, BoxSpec) else "greedy"),
@@ -145,8 +149,9 @@ def _check_video(env: JaxEnv | None, config: Config, path: str) -> None:
 
 
 def load_policy(run_dir: str, config: Config, obs_spec: ObservationSpec, action_spec: ActionSpec, agent_seed: int,
-                sample: bool) -> Loaded:
-    """The policy and parameters of seed `agent_seed` from the run's latest checkpoint."""
+                sample: bool, step: int | None = None) -> Loaded:
+    """The policy and parameters of seed `agent_seed` from the run's latest checkpoint (or
+    the checkpoint of update `step`)."""
     num_seeds = getattr(config.arch, "num_seeds", 1)
     if not 0 <= agent_seed < num_seeds:
         raise ConfigError(f"--agent-seed must be in [0, {num_seeds}) for this run, got {agent_seed}")
@@ -160,7 +165,11 @@ def load_policy(run_dir: str, config: Config, obs_spec: ObservationSpec, action_
     with Checkpointer(checkpoint_dir(run_dir), read_only=True) as checkpoints:
         if checkpoints.latest_step() is None:
             raise NoCheckpointError(f"no checkpoint to evaluate in {checkpoints.directory}")
-        params, progress = checkpoints.restore_part(abstract, ("agent", "params"))
+        if step is not None and step not in checkpoints.all_steps():
+            kept = ", ".join(map(str, sorted(checkpoints.all_steps())))
+            raise ConfigError(f"--step {step}: {checkpoints.directory} holds no checkpoint of update {step} "
+                              f"(it keeps updates {kept})")
+        params, progress = checkpoints.restore_part(abstract, ("agent", "params"), step)
     if seed_axis:
         params = jax.tree.map(lambda x: x[agent_seed], params)
     if sample:
@@ -170,7 +179,7 @@ def load_policy(run_dir: str, config: Config, obs_spec: ObservationSpec, action_
     else:
         def act(p, obs, key, core, start):
             return agent.greedy_step(p, obs, core, start)
-    return Loaded(config, Policy(act, agent.initial_acting_state), params, progress.env_steps)
+    return Loaded(config, Policy(act, agent.initial_acting_state), params, progress.env_steps, progress.updates)
 
 
 def host_episode_returns(config: Config, policy: Policy, params: Params, key: PRNGKey, episodes: int,

@@ -182,6 +182,22 @@ def test_evaluate_scores_the_checkpoints_policy(trained_run, tmp_path, capsys):
     result = json.loads(capsys.readouterr().out)
     assert (result["mean_return"], result["std_return"], result["episodes"]) == (1.0, 0.0, 50), result
 
+    # A later checkpoint whose policy always moves left: the latest by default, the perfect
+    # one with --step 1; a step the run did not keep is an error naming those it did.
+    left = jax.tree.map(np.copy, perfect)
+    left["params"]["policy"]["bias"][0] = 1e3
+    with Checkpointer(checkpoint_dir(str(run_dir))) as checkpoints:
+        checkpoints.save(Saved(AgentState(jax.tree.map(lambda x: np.stack([x, x]), left), (), np.int32(2))),
+                         Progress(updates=2, env_steps=256))
+    main(["evaluate", str(run_dir), "--episodes", "50", "--seed", "1", "--json"])
+    latest = json.loads(capsys.readouterr().out)
+    assert (latest["step"], latest["env_steps"]) == (2, 256) and latest["mean_return"] < 0, latest
+    main(["evaluate", str(run_dir), "--episodes", "50", "--seed", "1", "--json", "--step", "1"])
+    first = json.loads(capsys.readouterr().out)
+    assert (first["step"], first["env_steps"], first["mean_return"]) == (1, 128, 1.0), first
+    assert_one_line_error(*run_main(capsys, "evaluate", run_dir, "--step", 3),
+                          "--step 3: ", "holds no checkpoint of update 3 (it keeps updates 1, 2)")
+
 
 def test_evaluating_episodes_longer_than_max_steps_ends_them_there():
     """A JAX environment given a time limit no evaluation reaches (MountainCar-v0 without a
