@@ -40,7 +40,7 @@ from experiments.cli_process import (
 from experiments.cli_train import cmd_launch_local, cmd_train, cmd_train_help, resolve_config
 from experiments.startup import StartupError
 from podracer.config import ConfigError
-from podracer.distributed import ANNOUNCE_TIMEOUT_S, DistributedError, failure, process_id
+from podracer.distributed import ANNOUNCE_TIMEOUT_S, DistributedError, failure, followed, process_id
 from podracer.envs.prefix.synthesis import SynthesisError
 from podracer.runner import NonFiniteError
 
@@ -115,9 +115,7 @@ def main(argv: list[str] | None = None) -> None:
             raise
         failed = failure(ANNOUNCE_TIMEOUT_S)
         if failed is not None:  # this error follows another process's failure (a broken connection to it)
-            other, message = failed
-            leave_the_run(RUN_FAILED, f"podracer: error: process {other} failed: {message} (process {process_id()} "
-                          "stops with it)")
+            leave_the_run(RUN_FAILED, f"podracer: error: {followed(failed, process_id())}")
         # Its notes name the wait on the other processes, if any.
         leave_the_run(RUN_FAILED, traceback.format_exc().rstrip("\n"))
     if code:

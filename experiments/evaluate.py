@@ -165,11 +165,10 @@ def load_policy(run_dir: str, config: Config, obs_spec: ObservationSpec, action_
     with Checkpointer(checkpoint_dir(run_dir), read_only=True) as checkpoints:
         if checkpoints.latest_step() is None:
             raise NoCheckpointError(f"no checkpoint to evaluate in {checkpoints.directory}")
-        if step is not None and step not in checkpoints.all_steps():
-            kept = ", ".join(map(str, sorted(checkpoints.all_steps())))
-            raise ConfigError(f"--step {step}: {checkpoints.directory} holds no checkpoint of update {step} "
-                              f"(it keeps updates {kept})")
-        params, progress = checkpoints.restore_part(abstract, ("agent", "params"), step)
+        try:
+            params, progress = checkpoints.restore_part(abstract, ("agent", "params"), step)
+        except NoCheckpointError as error:  # a step the run did not keep
+            raise ConfigError(f"--step {step}: {error}") from None
     if seed_axis:
         params = jax.tree.map(lambda x: x[agent_seed], params)
     if sample:

@@ -160,8 +160,7 @@ class Watchdog:
         while not self._closed.wait(FAILURE_POLL_S):
             found = distributed.failure() if self.connected else None
             if found is not None and not self._closed.is_set():  # closed: leaving with its own error
-                self._fail(WAIT_FAILED, f"process {found[0]} failed: {found[1]} (process {self.process_id} stops "
-                           "with it)", announce=False)
+                self._fail(WAIT_FAILED, distributed.followed(found, self.process_id), announce=False)
                 return
 
     def _diagnose(self, what: str) -> str:

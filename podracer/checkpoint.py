@@ -187,9 +187,15 @@ class Checkpointer:
         self.close()
 
     def _step(self, step: int | None) -> int:
-        step = self.latest_step() if step is None else step
+        """`step`, or the latest; NoCheckpointError if there is none, or `step` is not kept
+        (naming those that are), rather than a read that fails as if the files were damaged."""
         if step is None:
-            raise NoCheckpointError(f"no complete checkpoint in {self.directory}")
+            step = self.latest_step()
+            if step is None:
+                raise NoCheckpointError(f"no complete checkpoint in {self.directory}")
+        elif step not in self.all_steps():
+            kept = ", ".join(map(str, sorted(self.all_steps())))
+            raise NoCheckpointError(f"{self.directory} holds no checkpoint of update {step} (it keeps updates {kept})")
         return step
 
     def _host(self, step: int | None) -> dict[str, Any]:

@@ -220,6 +220,13 @@ def failure(timeout_s: float | None = None) -> tuple[int, str] | None:
     return _ask_safely(ask) if timeout_s is None else _bounded(ask, timeout_s)
 
 
+def followed(failed: tuple[int, str], me: int) -> str:
+    """The line process `me` leaves with when it stops because another one failed
+    (`failure()`'s answer)."""
+    other, message = failed
+    return f"process {other} failed: {message} (process {me} stops with it)"
+
+
 _leaving = threading.Lock()
 
 
