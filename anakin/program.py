@@ -106,6 +106,22 @@ def init_state(
     return jax.tree.map(lambda x, s: parallel.shard(x, mesh, s), state, state_specs(state))
 
 
+def over_seeds(one_seed: Callable[..., Any]) -> Callable[..., Any]:
+    """`one_seed(*seeded, shared)` over the leading seed axis `[S, ...]` of its first
+    arguments (not the last): `jax.vmap`, except for a single seed, which is indexed and
+    restacked instead. The same program; without a batching pass over every equation of
+    the traced iteration, the usual one-seed run traces and lowers faster."""
+
+    def run(*args):
+        *seeded, shared = args
+        if jax.tree.leaves(seeded)[0].shape[0] != 1:
+            return jax.vmap(one_seed, in_axes=(0,) * len(seeded) + (None,))(*seeded, shared)
+        out = one_seed(*jax.tree.map(lambda x: x[0], seeded), shared)
+        return jax.tree.map(lambda x: x[None], out)
+
+    return run
+
+
 def make_train_call(
     env: JaxEnv, env_params: Any, agent: Agent, mesh: Mesh, rollout_length: int, step_metrics: tuple[str, ...] = ()
 ) -> Callable[[RunnerState, jax.Array], tuple[RunnerState, CallMetrics]]:
@@ -114,8 +130,19 @@ def make_train_call(
 
     update = checked_update(agent.update, AXIS)
 
+    @jax.jit
+    def iteration(agent_state: AgentState, envs: EnvCarry, key: PRNGKey):
+        # Jitted so that its trace is cached: `eval_shape` below traces it once, and the
+        # loop body's call reuses that trace instead of tracing rollout and update again.
+        key, rollout_key, update_key = iteration_keys(key)
+        envs, traj, episode_stats = rollout(
+            env, env_params, agent, agent_state.params, envs, rollout_key, rollout_length
+        )
+        agent_state, metrics = update(agent_state, traj, update_key)
+        return agent_state, envs, key, episode_stats, metrics
+
     def one_seed(agent_state: AgentState, envs: EnvCarry, key: PRNGKey, num_updates: jax.Array):
-        metric_shapes = jax.eval_shape(update, agent_state, _trajectory_shape(agent_state, envs, key), key)[1]
+        metric_shapes = jax.eval_shape(iteration, agent_state, envs, key)[-1]
         zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), metric_shapes)
         weighted = [name for name in step_metrics if name in zeros] if GRADIENT_STEPS in zeros else []
         metric_sums = (zeros, {name: zeros[name] for name in weighted})
@@ -123,11 +150,7 @@ def make_train_call(
 
         def body(_, carry):
             agent_state, envs, key, stats, (sums, by_step) = carry
-            key, rollout_key, update_key = iteration_keys(key)
-            envs, traj, episode_stats = rollout(
-                env, env_params, agent, agent_state.params, envs, rollout_key, rollout_length
-            )
-            agent_state, metrics = update(agent_state, traj, update_key)
+            agent_state, envs, key, episode_stats, metrics = iteration(agent_state, envs, key)
             sums = jax.tree.map(jnp.add, sums, metrics)
             if weighted:
                 steps = metrics[GRADIENT_STEPS]
@@ -140,15 +163,10 @@ def make_train_call(
         stats = jax.lax.psum(stats, AXIS)
         return agent_state, envs, key, CallMetrics(sums, stats, by_step)
 
-    def _trajectory_shape(agent_state, envs, key):
-        return jax.eval_shape(
-            lambda: rollout(env, env_params, agent, agent_state.params, envs, key, rollout_length)[1]
-        )
-
     def per_device(state: RunnerState, num_updates: jax.Array):
         # Inside, per-device state is seen without its device axis: `[S, 1, ...] -> [S, ...]`.
         local = strip_device_axis(state.agent.local, seed_axes=1)
-        agent_state, envs, key, metrics = jax.vmap(one_seed, in_axes=(0, 0, 0, None))(
+        agent_state, envs, key, metrics = over_seeds(one_seed)(
             state.agent.replace(local=local), state.envs, state.key[:, 0], num_updates
         )
         agent_state = agent_state.replace(local=add_device_axis(agent_state.local, seed_axes=1))
@@ -185,9 +203,7 @@ def make_rollout_call(
         return envs, key, jax.lax.psum(stats, AXIS)
 
     def per_device(state: RunnerState, num_rollouts: jax.Array):
-        envs, key, stats = jax.vmap(one_seed, in_axes=(0, 0, 0, None))(
-            state.agent, state.envs, state.key[:, 0], num_rollouts
-        )
+        envs, key, stats = over_seeds(one_seed)(state.agent, state.envs, state.key[:, 0], num_rollouts)
         return RunnerState(state.agent, envs, key[:, None]), stats
 
     def call(state: RunnerState, num_rollouts: jax.Array):

@@ -8,6 +8,7 @@ rollout to the next (and so into checkpoints).
 
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple
 
 import jax
@@ -15,6 +16,7 @@ import jax.numpy as jnp
 
 from podracer import parallel
 from podracer.envs import JaxEnv
+from podracer.envs.base import step_batch
 from podracer.runner.episodes import EpisodeStats
 from podracer.types import Agent, Array, Params, PRNGKey, Trajectory
 
@@ -39,13 +41,13 @@ def reset_envs(env: JaxEnv, env_params: Any, key: PRNGKey, num_envs: int, agent:
 
 
 def step_keys(key: PRNGKey, length: int, num_envs: int) -> tuple[PRNGKey, PRNGKey]:
-    """The keys of a rollout's steps, `(act [T], env [T, B])`, drawn before the loop: step
-    `t` acts with `act[t]` and steps environment `b` with `env[t, b]`, where `act[t], e =
-    split(split(key, T)[t])` and `env[t] = split(e, B)`. Batched over T, the same keys as
-    splitting inside each step, for a fraction of the cost: on CPU every threefry call is a
-    small loop of its own (measured in `podracer bench anakin`)."""
-    pairs = jax.vmap(jax.random.split)(jax.random.split(key, length))
-    return pairs[:, 0], jax.vmap(lambda k: jax.random.split(k, num_envs))(pairs[:, 1])
+    """The keys of a rollout's steps, `(act [T], env [T, B])`, drawn before the loop in one
+    split: `keys = split(key, T * (B + 1)).reshape(T, B + 1)`, step `t` acting with
+    `keys[t, 0]` and stepping environment `b` with `keys[t, 1 + b]`. On CPU every threefry
+    split is a loop of its own, to trace, lower and compile; one batched split is the
+    cheapest (measured in `podracer bench anakin`)."""
+    keys = jax.random.split(key, length * (num_envs + 1)).reshape(length, num_envs + 1)
+    return keys[:, 0], keys[:, 1:]
 
 
 def rollout(
@@ -60,9 +62,7 @@ def rollout(
     """Run `length` steps of a batch of environments: a `[T, B, ...]` trajectory (for a
     recurrent agent with `start` and the sequence's first core state, `Trajectory.core`)."""
     num_envs = jax.tree.leaves(carry.obs)[0].shape[0]
-    # Environments are third-party code (gymnax's MinAtar games start `while_loop`s from
-    # constants), so they run outside `shard_map`'s device-variance typing.
-    step_env = parallel.without_vma_check(jax.vmap(env.step, in_axes=(0, 0, 0, None)))
+    step_env = functools.partial(step_batch, env)  # the env's code outside the device-variance typing
 
     def step(carry, keys):
         act_key, env_keys = keys

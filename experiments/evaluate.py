@@ -20,6 +20,7 @@ counted and the result's `unfinished` counting such episodes (a video shows at m
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any, Callable, NamedTuple
 
@@ -32,7 +33,7 @@ from podracer.agents import make_agent
 from podracer.checkpoint import Checkpointer, NoCheckpointError, checkpoint_dir
 from podracer.config import Config, ConfigError
 from podracer.envs import JaxEnv, UnknownEnvError, make_configured_jax_env
-from podracer.envs.base import clip_action
+from podracer.envs.base import clip_action, step_batch
 from podracer.envs.render import can_render
 from podracer.types import (
     ActionSpec,
@@ -244,7 +245,7 @@ def _episode_returns(env: JaxEnv, policy: Policy, params: Params, key: PRNGKey, 
     env_params = env.default_params
     reset_key, key = jax.random.split(key)
     state, obs = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(reset_key, episodes), env_params)
-    step = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+    step = functools.partial(step_batch, env)
     done = jnp.zeros(episodes, bool)
     returns = jnp.zeros(episodes, jnp.float32)
 

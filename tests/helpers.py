@@ -193,17 +193,6 @@ def assert_solved_for_a_stretch(rows, threshold: float, stretch: int = 4, end_fl
     assert windows and max(windows) >= threshold and returns[-1] >= end_floor, returns
 
 
-def assert_sustained(rows, threshold: float, floor: float, last: int = 4) -> None:
-    """A run that ends learned, not one lucky row: the metrics rows' mean episode returns
-    over the last `last` rows average at least `threshold`, and none is below `floor`."""
-    import numpy as np
-
-    returns = [row["episode_return"] for row in rows]
-    tail = returns[-last:]
-    assert len(tail) == last and None not in tail, returns
-    assert np.mean(tail) >= threshold and min(tail) >= floor, returns
-
-
 # The tiny lifecycle run: 14 updates of 8 envs x 16 steps, 3 updates per host call, a
 # checkpoint every 4 updates (test_lifecycle, test_lifecycle_cli and test_cli share its
 # compiled programs through the compilation cache).

@@ -80,17 +80,20 @@ def test_sizes_are_validated_before_compiling():
     anakin.runner.setup(dataclasses.replace(config, env=EnvConfig("CartPole-v1", backend="jax")))
 
 
-def test_rollout_step_keys_are_the_per_step_splits():
-    """`step_keys` draws a rollout's keys before its loop (cheaper on CPU): the same keys as
-    splitting inside each step, so trajectories do not depend on where they are drawn."""
+def test_rollout_step_keys_are_one_split_of_the_rollout_key():
+    """`step_keys` draws a rollout's keys before its loop, in one split (cheaper on CPU):
+    the documented layout, every key distinct, the same for the same key."""
     from anakin.rollout import step_keys
 
     key, T, B = jax.random.key(7), 5, 3
     act, env = step_keys(key, T, B)
-    for t, step_key in enumerate(jax.random.split(key, T)):
-        act_key, env_key = jax.random.split(step_key)
-        np.testing.assert_array_equal(jax.random.key_data(act[t]), jax.random.key_data(act_key))
-        np.testing.assert_array_equal(jax.random.key_data(env[t]), jax.random.key_data(jax.random.split(env_key, B)))
+    assert act.shape == (T,) and env.shape == (T, B)
+    expected = jax.random.key_data(jax.random.split(key, T * (B + 1))).reshape(T, B + 1, -1)
+    np.testing.assert_array_equal(jax.random.key_data(act), expected[:, 0])
+    np.testing.assert_array_equal(jax.random.key_data(env), expected[:, 1:])
+    data = np.concatenate([jax.random.key_data(act)[:, None], jax.random.key_data(env)], 1).reshape(T * (B + 1), -1)
+    assert len({tuple(row) for row in data}) == T * (B + 1)
+    np.testing.assert_array_equal(jax.random.key_data(step_keys(key, T, B)[1]), jax.random.key_data(env))
 
 
 def test_an_env_whose_step_loops_from_constants_runs_on_2_devices():

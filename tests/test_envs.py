@@ -10,6 +10,7 @@ import pytest
 from flax import struct
 
 from podracer.envs import GYMNAX_IDS, Catch, GymnaxEnv, JaxEnv, UnknownEnvError, make_jax_env
+from podracer.envs.base import step_batch
 from podracer.types import BoxSpec, DiscreteSpec, ObsSpec
 
 
@@ -61,6 +62,53 @@ def test_time_limit_truncates_and_keeps_final_observation():
     assert not np.allclose(final, nxt)
     assert -0.6 <= nxt[0] <= -0.4 and nxt[1] == 0.0  # MountainCar's reset distribution
     np.testing.assert_allclose(np.asarray(ts.final_obs)[198], np.asarray(ts.obs)[198])
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
+def _batch_steps(env, num_envs, num_steps, seed):
+    """`vmap(env.step)` and `step_batch` at each step of one run, from the same state, keys
+    and random actions (the run follows the vmapped step): `(vmapped, batched)`, each the
+    `(TimeStep, next state)` of every step, `[T, B, ...]`."""
+    params = env.default_params
+    reset_key, key = jax.random.split(jax.random.key(seed))
+    state, _ = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(reset_key, num_envs), params)
+    spec = env.action_spec(params)
+
+    def step(state, key):
+        action_key, step_key = jax.random.split(key)
+        if isinstance(spec, BoxSpec):
+            action = jax.random.uniform(action_key, (num_envs, *spec.shape), minval=-2.0, maxval=2.0)
+        else:
+            action = jax.random.randint(action_key, (num_envs,), 0, spec.num_actions)
+        keys = jax.random.split(step_key, num_envs)
+        v_state, v_ts = jax.vmap(env.step, in_axes=(0, 0, 0, None))(keys, state, action, params)
+        b_state, b_ts = step_batch(env, keys, state, action, params)
+        return v_state, ((v_ts, v_state), (b_ts, b_state))
+
+    return jax.lax.scan(step, state, jax.random.split(key, num_steps))[1]
+
+
+@pytest.mark.parametrize("env_id,num_envs", [("CartPole-v1", 4), ("Catch", 3), ("Pendulum-v1", 2),
+                                             ("MountainCar-v0", 2), ("Breakout-MinAtar", 2)])
+def test_step_batch_is_the_vmapped_step(env_id, num_envs):
+    """`step_batch` skips the batch's resets at steps where no episode ended (what makes
+    it cheaper), and otherwise gives what `vmap(env.step)` gives: observations after
+    resets, final observations, termination, truncation, returns and the next states; over
+    steps where no episode ended, where one did, and (MountainCar, Pendulum: time limits
+    only) where every episode ended at once. Integers, booleans and keys are equal; floats
+    to float32's last bits (the two programs are compiled apart, so XLA may round a step's
+    arithmetic differently)."""
+    env = make_jax_env(env_id)
+    vmapped, batched = _batch_steps(env, num_envs, 450 if env_id == "MountainCar-v0" else 220, 0)
+    ended = np.asarray(vmapped[0].terminated | vmapped[0].truncated)
+    assert ended.any() and (~ended.any(axis=1)).any()  # both kinds of step were exercised
+    for v, b in zip(jax.tree.leaves(vmapped), jax.tree.leaves(batched)):
+        if jax.dtypes.issubdtype(v.dtype, jax.dtypes.prng_key):
+            v, b = jax.random.key_data(v), jax.random.key_data(b)
+        if jnp.issubdtype(v.dtype, jnp.floating):
+            np.testing.assert_allclose(np.asarray(b), np.asarray(v), rtol=1e-6, atol=1e-6)
+        else:
+            np.testing.assert_array_equal(np.asarray(b), np.asarray(v))
 
 
 @functools.cache

@@ -227,6 +227,14 @@ MUTATIONS: tuple[Mutation, ...] = (
     M("resume-and-new-run-mixed", "one process resumes a run while another starts one (they meet at a deadline)",
       (("experiments/startup.py", "    check_same_session(values)\n", ""),),
       ("tests/test_multiprocess.py::test_processes_that_disagree_fail_at_start_on_every_process",)),
+    M("step-batch-skips-needed-resets", "a batch of environments resets only where every episode ended at once",
+      (("podracer/envs/base.py", "    ended = jnp.any(timestep.terminated | timestep.truncated)\n",
+        "    ended = jnp.all(timestep.terminated | timestep.truncated)\n"),),
+      ("tests/test_envs.py::test_step_batch_is_the_vmapped_step",)),
+    M("permutation-not-uniform", "an epoch's minibatches drawn from a biased permutation (sorted on one key half)",
+      (("podracer/agents/common.py", "    return jax.lax.sort((hi, lo, jnp.arange(size)), num_keys=2)[-1]\n",
+        "    return jax.lax.sort((hi % 2, lo, jnp.arange(size)), num_keys=1)[-1]\n"),),
+      ("tests/test_ppo.py::test_minibatches_are_uniformly_random_permutations",)),
 )
 
 

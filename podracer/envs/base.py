@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from podracer import parallel
 from podracer.types import ActionSpec, Array, BoxSpec, ObservationSpec, PRNGKey, TimeStep
 
 
@@ -78,8 +79,18 @@ class JaxEnv:
     def step(
         self, key: PRNGKey, state: EnvState, action: Array, params: Any = None
     ) -> tuple[EnvState, TimeStep]:
-        """Step, then reset if the episode ended. Not batched: `vmap` it."""
+        """Step, then reset if the episode ended. Not batched: `vmap` it, or use
+        `step_batch`, which resets only when some episode of the batch ended."""
         params = self.default_params if params is None else params
+        reset_key, state, timestep = self.step_without_reset(key, state, action, params)
+        return self.reset_where_done(reset_key, state, timestep, params)
+
+    def step_without_reset(
+        self, key: PRNGKey, state: EnvState, action: Array, params: Any
+    ) -> tuple[PRNGKey, EnvState, TimeStep]:
+        """The first half of `step`: the transition and its bookkeeping (time limit, return;
+        the time and return already restarted if the episode ended), its observation kept
+        as `obs`; and the key that `reset_where_done` starts the next episode with."""
         step_key, reset_key = jax.random.split(key)
         action = clip_action(action, self.action_spec(params))
         inner, obs, reward, terminated = self.step_env(step_key, state.inner, action, params)
@@ -89,17 +100,13 @@ class JaxEnv:
         truncated = (time >= self.max_episode_steps(params)) & ~terminated
         done = terminated | truncated
         episode_return = state.episode_return + reward
-
-        reset_inner, reset_obs = self.reset_env(reset_key, params)
-        next_inner = jax.tree.map(lambda r, s: jnp.where(done, r, s), reset_inner, inner)
-        next_obs = jax.tree.map(lambda r, o: jnp.where(done, r, o), reset_obs, obs)  # obs may be a pytree (MaskedObs)
         next_state = EnvState(
-            inner=next_inner,
+            inner=inner,
             time=jnp.where(done, 0, time),
             episode_return=jnp.where(done, 0.0, episode_return),
         )
         timestep = TimeStep(
-            obs=next_obs,
+            obs=obs,
             reward=reward,
             terminated=terminated,
             truncated=truncated,
@@ -107,7 +114,44 @@ class JaxEnv:
             episode_return=episode_return,
             episode_length=time,
         )
-        return next_state, timestep
+        return reset_key, next_state, timestep
+
+    def reset_where_done(
+        self, reset_key: PRNGKey, state: EnvState, timestep: TimeStep, params: Any
+    ) -> tuple[EnvState, TimeStep]:
+        """The second half of `step`: if the episode ended, a new one's inner state and first
+        observation replace the final ones (which `timestep.final_obs` keeps)."""
+        done = timestep.terminated | timestep.truncated
+        reset_inner, reset_obs = self.reset_env(reset_key, params)
+        inner = jax.tree.map(lambda r, s: jnp.where(done, r, s), reset_inner, state.inner)
+        # obs may be a pytree (MaskedObs)
+        obs = jax.tree.map(lambda r, o: jnp.where(done, r, o), reset_obs, timestep.obs)
+        return state.replace(inner=inner), timestep._replace(obs=obs)
+
+
+def step_batch(env: JaxEnv, keys: PRNGKey, state: EnvState, action: Array, params: Any) -> tuple[EnvState, TimeStep]:
+    """`jax.vmap(env.step)` over a batch (`keys [B]`, `state` and `action` with `[B]`
+    leading), with the same outputs, but the batch's resets computed only when some episode
+    of it ended: a reset draws a random initial state (a threefry loop on CPU), which
+    otherwise costs more than a step of a simple environment, at every step, to be thrown
+    away. When some episode ended, every environment's reset is computed and the ended
+    ones' are kept, as in `step`.
+
+    Usable inside `shard_map`: the environment's own code runs outside its device-variance
+    typing (`parallel.without_vma_check`; environments are third-party code, and gymnax's
+    MinAtar games start `while_loop`s from constants)."""
+    step = parallel.without_vma_check(jax.vmap(env.step_without_reset, in_axes=(0, 0, 0, None)))
+    reset_where_done = parallel.without_vma_check(jax.vmap(env.reset_where_done, in_axes=(0, 0, 0, None)))
+    reset_keys, state, timestep = step(keys, state, action, params)
+
+    # A loop that runs its body at most once: `lax.cond` fails under vmap in shard_map.
+    def reset(carry):
+        ended, state, timestep = carry
+        return (jnp.zeros_like(ended), *reset_where_done(reset_keys, state, timestep, params))
+
+    ended = jnp.any(timestep.terminated | timestep.truncated)
+    _, state, timestep = jax.lax.while_loop(lambda carry: carry[0], reset, (ended, state, timestep))
+    return state, timestep
 
 
 class JaxEnvWrapper(JaxEnv):

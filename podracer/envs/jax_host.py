@@ -18,6 +18,7 @@ import jax
 import numpy as np
 
 from podracer.config import EnvConfig
+from podracer.envs.base import step_batch
 from podracer.envs.host import HostStep
 
 
@@ -50,7 +51,7 @@ class JaxHostEnv:
         def step(key, state, action):
             key, step_key = jax.random.split(key)
             keys = jax.random.split(step_key, num_envs)
-            return (key, *jax.vmap(env.step, in_axes=(0, 0, 0, None))(keys, state, action, params))
+            return (key, *step_batch(env, keys, state, action, params))
 
         self._reset, self._step = jax.jit(reset), jax.jit(step)
         self._key = jax.random.key(seed)
