@@ -1,4 +1,4 @@
-"""Acting in JAX environments: `lax.scan` over time of (act, vmapped env step).
+"""Acting in JAX environments: `lax.scan` over time of (act, batched env step).
 
 Algorithm-agnostic: it calls the agent's `act` (through `Agent.step`) and records what the
 agent returned. A recurrent agent's core state and episode-start flags ride in the

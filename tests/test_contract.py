@@ -294,6 +294,31 @@ def test_learns_its_probe(name, kind, tmp_path):
         assert evaluate(result.run_dir, episodes=16)["mean_return"] == 1.0
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("name", [name for name, kind in COSTLY_KINDS if kind == "discrete"])
+def test_several_seeds_in_one_program_match_the_one_seed_run(name):
+    """Two seeds in one Anakin program (a `vmap` over seeds) run every algorithm, and seed 0
+    ends where the one-seed run (no `vmap`: `anakin.program.over_seeds`) ends with the same
+    `--seed`: the same keys, so the same parameters up to float rounding."""
+    space = probe_space(name, "discrete")
+    algorithm = FLAVOURS[name]
+
+    def params(num_seeds: int):
+        config = Config(env=EnvConfig(SPACES[space]), agent=algorithm.default_probe_config(),
+                        total_env_steps=16 * 8 * 12, seed=3,
+                        arch=AnakinConfig(num_envs=16, rollout_length=8, devices=(0,), updates_per_call=4,
+                                          num_seeds=num_seeds))
+        result = anakin.train(config)
+        assert all(np.isfinite(row["loss"]) for row in result.metrics if "loss" in row)
+        return result.state.agent.params
+
+    one, two = params(1), params(2)
+    for a, b in zip(jax.tree.leaves(one), jax.tree.leaves(two)):
+        assert b.shape[0] == 2
+        np.testing.assert_allclose(np.asarray(b[0]), np.asarray(a[0]), rtol=1e-4, atol=1e-5)
+
+
 def test_an_algorithm_without_batch_arithmetic_passes_the_batch_check():
     """An algorithm whose `check_batch` accepts every batch (a full-batch update) is a valid
     contract: `rejected_batch` finds nothing to reject rather than failing the suite; one that

@@ -410,3 +410,24 @@ def test_user_env_spec_check_uses_the_runs_parameters(monkeypatch):
     with pytest.raises(ConfigError, match=r"reset_env returns observations float32\[6\], but observation_spec "
                                           r"declares float32\[4\]"):
         make_configured_jax_env(EnvConfig("Track-v0", params=("length=6",)))
+
+
+def test_step_batch_honours_an_overridden_step_and_default_params():
+    """An environment that overrides `step` itself gets its own `step`, vmapped (the split
+    halves would bypass it); `params=None` means the environment's defaults, as for `step`."""
+
+    class Doubled(Catch):
+        def step(self, key, state, action, params=None):
+            state, ts = super().step(key, state, action, params)
+            return state, ts._replace(reward=2.0 * ts.reward)
+
+    env, plain = Doubled(), Catch()
+    keys = jax.random.split(jax.random.key(0), 3)
+    state, _ = jax.vmap(plain.reset)(keys)
+    action = jnp.zeros(3, jnp.int32)
+    for _ in range(plain.rows - 2):  # to the step before the ball lands
+        state, ts = step_batch(plain, keys, state, action)
+    _, doubled = step_batch(env, keys, state, action, None)
+    _, ts = step_batch(plain, keys, state, action, None)
+    assert np.asarray(ts.terminated).all() and (np.asarray(ts.reward) != 0).all()
+    np.testing.assert_array_equal(np.asarray(doubled.reward), 2.0 * np.asarray(ts.reward))

@@ -129,17 +129,24 @@ class JaxEnv:
         return state.replace(inner=inner), timestep._replace(obs=obs)
 
 
-def step_batch(env: JaxEnv, keys: PRNGKey, state: EnvState, action: Array, params: Any) -> tuple[EnvState, TimeStep]:
+def step_batch(
+    env: JaxEnv, keys: PRNGKey, state: EnvState, action: Array, params: Any = None
+) -> tuple[EnvState, TimeStep]:
     """`jax.vmap(env.step)` over a batch (`keys [B]`, `state` and `action` with `[B]`
-    leading), with the same outputs, but the batch's resets computed only when some episode
-    of it ended: a reset draws a random initial state (a threefry loop on CPU), which
+    leading), with the same outputs, but on CPU the batch's resets computed only when some
+    episode of it ended: a reset draws a random initial state (a threefry loop), which
     otherwise costs more than a step of a simple environment, at every step, to be thrown
     away. When some episode ended, every environment's reset is computed and the ended
-    ones' are kept, as in `step`.
+    ones' are kept, as in `step`. On other backends, and for an environment that overrides
+    `step` itself, it is `vmap(env.step)`: there a loop whose condition depends on the data
+    would wait on the host at every step, for a reset that costs little.
 
     Usable inside `shard_map`: the environment's own code runs outside its device-variance
     typing (`parallel.without_vma_check`; environments are third-party code, and gymnax's
     MinAtar games start `while_loop`s from constants)."""
+    params = env.default_params if params is None else params
+    if type(env).step is not JaxEnv.step or jax.default_backend() != "cpu":
+        return parallel.without_vma_check(jax.vmap(env.step, in_axes=(0, 0, 0, None)))(keys, state, action, params)
     step = parallel.without_vma_check(jax.vmap(env.step_without_reset, in_axes=(0, 0, 0, None)))
     reset_where_done = parallel.without_vma_check(jax.vmap(env.reset_where_done, in_axes=(0, 0, 0, None)))
     reset_keys, state, timestep = step(keys, state, action, params)
