@@ -1,13 +1,13 @@
 """The compiled Anakin program: rollout + update loops, over seeds, sharded over devices.
 
 Per device and per seed, one host call runs `num_updates` iterations of
-`rollout (lax.scan over T steps of an env batch, envs.base.step_batch) -> agent.update` inside a
-`lax.fori_loop`; the agent averages gradients and its metrics over the device axis with
+`rollout (lax.scan over T steps of an env batch, envs.base.step_batch) -> agent.update`
+inside a `lax.fori_loop`; the agent averages gradients and its metrics over the device axis with
 `lax.pmean` (the metrics rule, checked by `checked_update`; the runner never averages them).
 Each iteration's keys come from `iteration_keys`, the public seam parity tests go through.
 Seeds are an outer `vmap` (`over_seeds`: none for a single seed); devices are a
-`jax.shard_map` over a 1-D mesh. The trip count
-is a traced argument, so a short last call reuses the same executable.
+`jax.shard_map` over a 1-D mesh. The trip count is a traced argument, so a short last call
+reuses the same executable.
 """
 
 from __future__ import annotations

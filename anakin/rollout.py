@@ -8,7 +8,6 @@ rollout to the next (and so into checkpoints).
 
 from __future__ import annotations
 
-import functools
 from typing import Any, NamedTuple
 
 import jax
@@ -62,12 +61,11 @@ def rollout(
     """Run `length` steps of a batch of environments: a `[T, B, ...]` trajectory (for a
     recurrent agent with `start` and the sequence's first core state, `Trajectory.core`)."""
     num_envs = jax.tree.leaves(carry.obs)[0].shape[0]
-    step_env = functools.partial(step_batch, env)  # the env's code outside the device-variance typing
 
     def step(carry, keys):
         act_key, env_keys = keys
         action, extras, core = agent.step(params, carry.obs, act_key, carry.core, carry.start)
-        env_state, ts = step_env(env_keys, carry.env_state, action, env_params)
+        env_state, ts = step_batch(env, env_keys, carry.env_state, action, env_params)
         done = ts.terminated | ts.truncated
         stats = EpisodeStats.ended(done, ts.episode_return, ts.episode_length)
         transition = Trajectory(

@@ -144,12 +144,14 @@ def step_batch(
     Usable inside `shard_map`: the environment's own code runs outside its device-variance
     typing (`parallel.without_vma_check`; environments are third-party code, and gymnax's
     MinAtar games start `while_loop`s from constants)."""
+    def batched(fn):  # over the batch, params shared; outside the device-variance typing
+        return parallel.without_vma_check(jax.vmap(fn, in_axes=(0, 0, 0, None)))
+
     params = env.default_params if params is None else params
     if type(env).step is not JaxEnv.step or jax.default_backend() != "cpu":
-        return parallel.without_vma_check(jax.vmap(env.step, in_axes=(0, 0, 0, None)))(keys, state, action, params)
-    step = parallel.without_vma_check(jax.vmap(env.step_without_reset, in_axes=(0, 0, 0, None)))
-    reset_where_done = parallel.without_vma_check(jax.vmap(env.reset_where_done, in_axes=(0, 0, 0, None)))
-    reset_keys, state, timestep = step(keys, state, action, params)
+        return batched(env.step)(keys, state, action, params)
+    reset_where_done = batched(env.reset_where_done)
+    reset_keys, state, timestep = batched(env.step_without_reset)(keys, state, action, params)
 
     # A loop that runs its body at most once: `lax.cond` fails under vmap in shard_map.
     def reset(carry):
