@@ -87,11 +87,13 @@ def build_parser() -> argparse.ArgumentParser:
     launch.add_argument("preset", nargs="?")
 
     baseline = commands.add_parser(
-        "prefix-baseline", help="prefix adders: simulated annealing or random search, and its Pareto front",
+        "prefix-baseline", help="prefix adders: annealing, random or Pareto local search, and its Pareto front",
         description="podracer prefix-baseline --bits 32 --method anneal --budget 500 --out DIR",
     )
     baseline.add_argument("--bits", type=int, default=32, help="adder width N (default 32)")
-    baseline.add_argument("--method", choices=["anneal", "random"], default="anneal")
+    baseline.add_argument("--method", choices=["anneal", "random", "local"], default="anneal",
+                          help="anneal (simulated annealing), random (random legal graphs) or local (Pareto "
+                               "local search: random edits of designs on the front found so far)")
     baseline.add_argument("--budget", type=int, default=500, help="distinct designs evaluated (default 500)")
     baseline.add_argument("--out", required=True, metavar="DIR", help="writes designs.jsonl, front.png, front/*.v")
     baseline.add_argument("--cost", choices=["synthesis", "analytic"], default="synthesis",

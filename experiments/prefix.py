@@ -20,6 +20,7 @@ dominates, so fronts of one width and cost model compare directly.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import functools
 import json
 import os
 import time
@@ -46,11 +47,14 @@ from podracer.envs.prefix.synthesis import SynthesisUnavailable, find_synthesis
 COST_MODELS = ("synthesis", "analytic")
 
 
-def make_pool(cost: str, workers: int | None = None, cache_path: str | None = None) -> tuple[RewardPool, str]:
-    """`(pool, model)` for a cost model name; the model string is stored with each design."""
+def make_pool(cost: str, workers: int | None = None, cache_path: str | None = None,
+              fanout_weight: float = 0.0) -> tuple[RewardPool, str]:
+    """`(pool, model)` for a cost model name; the model string is stored with each design.
+    `fanout_weight` > 0: the analytic delay is the fanout-aware arrival time."""
     if cost == "analytic":
-        pool = RewardPool(evaluate=analytic_cost, identity="analytic-0", executor=cf.ThreadPoolExecutor(1))
-        return pool, "analytic-0"
+        model = f"analytic-{fanout_weight:g}"
+        evaluate = functools.partial(analytic_cost, fanout_weight=fanout_weight)
+        return RewardPool(evaluate=evaluate, identity=model, executor=cf.ThreadPoolExecutor(1)), model
     if cost != "synthesis":
         raise ConfigError(f"--cost must be one of {COST_MODELS}, got {cost!r}")
     from podracer.envs.prefix.host_env import CACHE_ENV_VAR, default_cache_path
@@ -68,8 +72,12 @@ def make_pool(cost: str, workers: int | None = None, cache_path: str | None = No
 
 def pool_for_model(model: str) -> RewardPool:
     """A pool that costs designs the way `model` (from a designs file) did."""
-    if model == "analytic-0":
-        return make_pool("analytic")[0]
+    if model.startswith("analytic-"):
+        try:
+            fanout_weight = float(model.removeprefix("analytic-"))
+        except ValueError:
+            raise ConfigError(f"unknown cost model {model!r} in the designs file") from None
+        return make_pool("analytic", fanout_weight=fanout_weight)[0]
     if model.startswith("synthesis:"):
         pool, current = make_pool("synthesis")
         if current != model:

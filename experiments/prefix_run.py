@@ -21,7 +21,7 @@ import numpy as np
 
 from podracer.config import ConfigError
 from podracer.envs.prefix.builders import sklansky
-from podracer.envs.prefix.env import PrefixAdderEnv
+from podracer.envs.prefix.env import PrefixAdderEnv, jax_form_options, prefix_options
 from podracer.envs.prefix.front import DESIGNS_FILE, Design, write_designs
 from podracer.envs.prefix.graph import empty_graph
 
@@ -70,14 +70,16 @@ def collect_run_designs(run_dir: str, num_weights: int = 11, agent_seed: int = 0
     spec = parse_host_id(config.env.id)
     if spec is None:
         raise ConfigError(f"{run_dir!r} trained on {config.env.id!r}, not a prefix-adder environment")
-    # The run's episodes: its own time limit (env.max_episode_steps), else the env's 2 N.
-    env = PrefixAdderEnv(spec["bits"], area_weight=spec["area_weight"], horizon=config.env.max_episode_steps)
+    # The run's episodes: its own time limit (env.max_episode_steps), else the env's 2 N, and
+    # its options (a fanout-aware delay changes the features the policy sees and the costs).
+    options = jax_form_options(prefix_options(config.env.params, config.env.id, host=True))
+    env = PrefixAdderEnv(spec["bits"], area_weight=spec["area_weight"], horizon=config.env.max_episode_steps, **options)
     obs_spec, action_spec = env.observation_spec(None), env.action_spec(None)
     loaded = load_policy(run_dir, config, obs_spec, action_spec, agent_seed, sample=False)
     weights = (np.linspace(0.0, 1.0, num_weights) if spec["area_weight"] is None
                else np.array([spec["area_weight"]]))
     graphs = greedy_graphs(env, loaded.policy, loaded.params, weights.astype(np.float32))
-    pool, model = make_pool("synthesis" if spec["synthesis"] else "analytic")
+    pool, model = make_pool("synthesis" if spec["synthesis"] else "analytic", fanout_weight=env.fanout_weight)
     try:
         costs = pool.costs(list(graphs))
     finally:

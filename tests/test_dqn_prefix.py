@@ -119,7 +119,8 @@ def test_greedy_designs_of_a_run_last_its_time_limit(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("name,bits", [("dqn-prefix16-anakin", 16), ("dqn-prefix16-sebulba", 16),
-                                       ("dqn-prefix32-sebulba", 32)])
+                                       ("dqn-prefix32-sebulba", 32), ("dqn-prefix16-front-sebulba", 16),
+                                       ("dqn-prefix32-front-sebulba", 32)])
 def test_presets_build_the_prefix_agent(name, bits):
     """Each preset names its prefix-adder env and builds PrefixRL's agent on its specs."""
     from experiments.presets import PRESETS
@@ -128,6 +129,10 @@ def test_presets_build_the_prefix_agent(name, bits):
     config = PRESETS[name]()
     assert config.agent.torso == "prefix_conv" and parse_host_id(config.env.id)["bits"] == bits
     assert parse_host_id(config.env.id)["synthesis"] == name.endswith("sebulba")
+    if name.endswith("sebulba"):  # its options are the host form's
+        from podracer.envs.prefix.host_env import host_options
+
+        assert host_options(config.env.id, config.env.params).get("front_restarts", 0) == ("front" in name)
     env = PrefixAdderEnv(bits)
     agent = make_agent(config.agent, env.observation_spec(None), env.action_spec(None), num_updates=1,
                        axis_name=None)

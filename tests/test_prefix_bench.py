@@ -1,5 +1,5 @@
 """`podracer bench prefix`: the agent's designs are every graph its own synthesis cache holds,
-their number is the budget both baselines get, and every front is judged alike."""
+their number is the budget every baseline gets, and every front is judged alike."""
 
 import concurrent.futures as cf
 import json
@@ -71,7 +71,8 @@ def test_bench_prefix_user_errors_exit_2_before_training(tmp_path, capsys):
         (["--bits", "32", "--budget", "10", "--out", str(tmp_path), "--preset", "dqn-prefix16-sebulba"],
          "--bits 32 but the preset trains on PrefixAdderSynth-16"),
         (["--bits", "7", "--budget", "10", "--out", str(tmp_path)],
-         "--bits 7: no preset dqn-prefix7-sebulba; name one and the width, e.g. --preset dqn-prefix16-sebulba "
+         "--bits 7: no preset dqn-prefix7-front-sebulba; name one and the width, e.g. --preset "
+         "dqn-prefix16-front-sebulba "
          "--env.id PrefixAdderSynth-7"),
         (["--run-dir", str(tmp_path), "--out", str(tmp_path / "o")], "synthesis-cache.jsonl does not exist"),
     ]
@@ -87,7 +88,7 @@ def test_bench_prefix_user_errors_exit_2_before_training(tmp_path, capsys):
 @needs_synthesis
 def test_bench_prefix_on_a_finished_run_gives_the_baselines_its_budget(tmp_path):
     """A run directory whose cache holds the agent's syntheses: the table's budget is their
-    number, both baselines evaluate exactly that many distinct graphs, every front is judged
+    number, every baseline evaluates exactly that many distinct graphs, every front is judged
     against the same reference point, and the verdict follows the hypervolumes."""
     from experiments.prefix import make_pool
 
@@ -103,7 +104,7 @@ def test_bench_prefix_on_a_finished_run_gives_the_baselines_its_budget(tmp_path)
     table = bench_prefix.compare(str(tmp_path / "out"), run_dir=str(run_dir), workers=1, log=lambda line: None)
     assert table["bits"] == 6 and table["budget"] == spent
     rows = table["rows"]
-    assert set(rows) == {"agent", "anneal", "random"}
+    assert set(rows) == {"agent", "anneal", "random", "local"}
     references = set()
     for name, row in rows.items():
         assert row["designs"] == spent, name

@@ -19,6 +19,7 @@ from podracer.envs.prefix import graph as G
 from podracer.envs.prefix import host_env, synthesis
 from podracer.envs.prefix.builders import classic_adders, sklansky
 from podracer.envs.prefix.env import PrefixAdderEnv
+from podracer.envs.prefix.front import pareto_front
 from podracer.envs.prefix.host_env import PrefixHostEnv, prefix_host_specs
 from podracer.envs.prefix.reward_pool import RewardPool, RewardTimeout, analytic_cost
 from podracer.envs.prefix.synthesis import SynthesisResult, SynthesisUnavailable, find_synthesis
@@ -272,3 +273,72 @@ def test_synthesis_host_env_rewards_are_synthesised_cost_changes(tmp_path):
     metrics = env.metrics()
     assert metrics["syntheses"] >= 3 and metrics["reward_wait_s"] > 0 and 0 < metrics["cache_hit_rate"] < 1
     pool.close()
+
+
+def test_front_restarts_start_episodes_from_the_front_of_the_designs_costed():
+    """With `front_restarts=1` every episode after the first starts from a design on the
+    Pareto front of all graphs costed so far (starts and steps, analytic costs here), and
+    `front` is that front; with 0 no front is kept and the episodes start as before."""
+    n, num_envs, horizon = 8, 3, 2
+    env = PrefixHostEnv(num_envs, seed=3, bits=n, horizon=horizon, front_restarts=1.0)
+    plain = PrefixHostEnv(num_envs, seed=3, bits=n, horizon=horizon)
+    default = PrefixHostEnv(num_envs, seed=3, bits=n, horizon=horizon, front_restarts=0.0)
+    obs, plain_obs = env.reset(), plain.reset()
+    np.testing.assert_array_equal(default.reset().obs, plain_obs.obs)  # front_restarts=0: same draws
+    seen = [(g, G.area(g), G.delay(g)) for g in env.graphs]
+    rng = np.random.default_rng(0)
+    restarts = 0
+    for t in range(12):
+        action = np.array([rng.choice(np.flatnonzero(m)) for m in obs.action_mask])
+        env.send(action)
+        step = env.recv().timestep
+        front_before_restart = {d.nodes.tobytes() for d in env.front}
+        seen += [(g, G.area(g), G.delay(g)) for g in env.graphs if not step.truncated.any()]
+        if step.truncated.any():
+            final = [g for g in np.asarray(step.final_obs.obs[..., 0] > 0.5)]  # present channel
+            seen += [(g, G.area(g), G.delay(g)) for g in final]
+            for g in env.graphs:  # every new episode starts on the front found so far
+                assert g.tobytes() in front_before_restart
+                restarts += 1
+        obs = step.obs
+        plain.send(action)
+        plain.recv()
+    assert restarts == num_envs * (12 // horizon)
+    points = np.array([[a, d] for _, a, d in seen])
+    expected = {(points[i, 0], points[i, 1]) for i in pareto_front(points)}
+    assert {(d.area, d.delay) for d in env.front} == expected
+    assert env.metrics()["front_size"] == len(expected)
+    assert plain.front == [] and "front_size" not in plain.metrics()
+    with pytest.raises(ValueError, match="front_restarts must be in"):
+        PrefixHostEnv(1, seed=0, bits=n, front_restarts=1.5)
+
+
+def test_prefix_options_from_env_params_on_both_forms():
+    """`env.params` sets a prefix adder's constructor options on the JAX form and the host
+    form; the host-only `front_restarts` is refused under Anakin; names, types and ranges are
+    checked with errors naming `env.params`."""
+    from podracer.config import ConfigError
+    from podracer.envs import make_configured_jax_env
+
+    jax_env = make_configured_jax_env(EnvConfig("PrefixAdder-8", params=("reset=ripple", "fanout_weight=0.5")))
+    assert jax_env.reset_kind == "ripple" and jax_env.fanout_weight == 0.5
+    config = EnvConfig("PrefixAdder-8-w0.5", params=("front_restarts=0.5", "reset=sklansky"))
+    host = make_host_env(config, num_envs=2, seed=0)
+    assert host.front_restarts == 0.5 and host.spec_env.reset_kind == "sklansky"
+    assert host_env_specs(config)[1] == host.action_spec
+    np.testing.assert_array_equal(host.reset().obs[..., 0], np.stack([sklansky(8)] * 2))
+    cases = [
+        (lambda: make_configured_jax_env(EnvConfig("PrefixAdder-8", params=("front_restarts=0.5",))),
+         "no option front_restarts (the host form's, under Sebulba)"),
+        (lambda: make_host_env(EnvConfig("PrefixAdder-8", params=("colour=red",)), 1, 0), "no option colour"),
+        (lambda: host_env_specs(EnvConfig("PrefixAdder-8", params=("max_density=lots",))),
+         "max_density must be a number"),
+        (lambda: host_env_specs(EnvConfig("PrefixAdder-8", params=("front_restarts=2",))),
+         "front_restarts must be in [0, 1]"),
+        (lambda: make_configured_jax_env(EnvConfig("PrefixAdder-8", params=("reset=anywhere",))),
+         "reset must be one of"),
+    ]
+    for build, message in cases:
+        with pytest.raises(ConfigError, match="env.params") as error:
+            build()
+        assert message in str(error.value), str(error.value)

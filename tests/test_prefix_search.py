@@ -15,6 +15,7 @@ from podracer.envs.prefix.builders import classic_adders, sklansky
 from podracer.envs.prefix.front import (
     Design,
     dominates,
+    front_designs,
     hypervolume,
     nodes_from_rows,
     pareto_front,
@@ -22,7 +23,7 @@ from podracer.envs.prefix.front import (
     write_designs,
 )
 from podracer.envs.prefix.netlist import check_adds
-from podracer.envs.prefix.search import anneal, random_search
+from podracer.envs.prefix.search import METHODS, anneal, pareto_local_search, random_search, search
 
 
 def test_pareto_front_and_hypervolume_by_hand():
@@ -55,12 +56,11 @@ def test_designs_round_trip_through_the_file(tmp_path):
         read_designs(str(tmp_path / "nowhere"))
 
 
-@pytest.mark.parametrize("method", ["anneal", "random"])
+@pytest.mark.parametrize("method", METHODS)
 def test_search_spends_exactly_its_budget_of_distinct_designs(method):
     pool, _ = make_pool("analytic")
     with pool:
-        search = anneal if method == "anneal" else random_search
-        result = search(pool, 16, budget=40, seed=1)
+        result = search(method, pool, 16, budget=40, seed=1)
     assert len(result.designs) == 40
     assert len({d.nodes.tobytes() for d in result.designs}) == 40
     for d in result.designs:
@@ -81,6 +81,39 @@ def test_annealing_beats_random_search_and_sklansky_on_the_analytic_cost():
     assert volume(annealed) > volume(sampled)
     skl = (G.area(sklansky(16)), G.delay(sklansky(16)))
     assert any(dominates((d.area, d.delay), skl) for d in annealed.designs)
+
+
+def test_pareto_local_search_beats_random_search_on_the_analytic_cost():
+    """Edits of the front found so far cover the trade-off better than independent random
+    graphs under the same budget (measured at 3000 syntheses with Yosys: 0.194-0.197
+    against 0.185-0.187); and its front keeps improving on the classics it starts from."""
+    pool, _ = make_pool("analytic")
+    classics = {name: (G.area(g), G.delay(g)) for name, g in classic_adders(16).items()}
+    reference = (max(a for a, _ in classics.values()), max(d for _, d in classics.values()))
+
+    def volume(result):
+        return hypervolume(np.array([[d.area, d.delay] for d in result.designs]), reference)
+
+    with pool:
+        for seed in (0, 1):
+            local = pareto_local_search(pool, 16, budget=300, seed=seed)
+            sampled = random_search(pool, 16, budget=300, seed=seed)
+            assert volume(local) > volume(sampled), seed
+            assert volume(local) > hypervolume(np.array(list(classics.values())), reference)
+
+
+def test_pareto_local_search_edits_the_front_it_has_found():
+    """With one edit per proposal and one proposal per batch, every design after the
+    classics is one legal action away from a design on the front of those evaluated before
+    it (dominated designs are never edited)."""
+    pool, _ = make_pool("analytic", fanout_weight=0.5)
+    with pool:
+        designs = pareto_local_search(pool, 8, budget=40, seed=0, batch=1, max_moves=1).designs
+    assert len(designs) == 40
+    for k in range(len(classic_adders(8)), len(designs)):
+        children = {G.apply_action(parent.nodes, a).tobytes() for parent in front_designs(designs[:k])
+                    for a in np.flatnonzero(G.action_mask(parent.nodes))}
+        assert designs[k].nodes.tobytes() in children, k
 
 
 def test_prefix_baseline_command_writes_the_front_as_verilog_that_adds(tmp_path, capsys):

@@ -235,6 +235,14 @@ MUTATIONS: tuple[Mutation, ...] = (
       (("podracer/agents/common.py", "    return jax.lax.sort((hi, lo, jnp.arange(size)), num_keys=2)[-1]\n",
         "    return jax.lax.sort((hi % 2, lo, jnp.arange(size)), num_keys=1)[-1]\n"),),
       ("tests/test_ppo.py::test_minibatches_are_uniformly_random_permutations",)),
+    M("front-forgets-dominated-designs", "restarts draw from every graph kept, dominated ones too",
+      (("podracer/envs/prefix/host_env.py", "            self._front = front_designs(self._front + new)\n",
+        "            self._front = self._front + new[:1]\n"),),
+      ("tests/test_prefix_host.py::test_front_restarts_start_episodes_from_the_front_of_the_designs_costed",)),
+    M("local-search-from-the-start-only", "Pareto local search edits the classic adders only, never the front it found",
+      (("podracer/envs/prefix/search.py", "        front = front_designs(list(costs.designs.values()))\n",
+        "        front = front_designs(list(costs.designs.values())[:4])\n"),),
+      ("tests/test_prefix_search.py::test_pareto_local_search_edits_the_front_it_has_found",)),
 )
 
 

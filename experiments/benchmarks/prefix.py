@@ -1,11 +1,13 @@
-"""`podracer bench prefix`: the agent's Pareto front against simulated annealing and random
-search under one budget of unique syntheses (issue #16's target; Roy et al., PrefixRL, DAC
-2021, compare their agent with such searches).
+"""`podracer bench prefix`: the agent's Pareto front against simulated annealing, random
+search and Pareto local search under one budget of unique syntheses (issue #16's target,
+annealing and random search; Roy et al., PrefixRL, DAC 2021, compare their agent with such
+searches). Pareto local search is what an agent restarting from its front
+(`--env.params front_restarts=...`) does with random edits instead of a learned policy.
 
     podracer bench prefix --bits 16 --budget 2000 --out runs/bench-prefix16
     podracer bench prefix --run-dir RUN --out DIR      # a finished run instead of training
 
-1. The agent: the preset (`dqn-prefix<bits>-sebulba`, synthesis rewards) trains with a fresh
+1. The agent: the preset (`dqn-prefix<bits>-front-sebulba`, synthesis rewards) trains with a fresh
    synthesis cache of its own, `RUN/synthesis-cache.jsonl`, until it has synthesised
    `--budget` distinct graphs (checked after every update, so it may pass the budget by
    one update's new graphs); then its greedy designs are collected
@@ -15,8 +17,8 @@ search under one budget of unique syntheses (issue #16's target; Roy et al., Pre
 2. Budget accounting: the cache holds every distinct graph the agent had synthesised,
    during training (its exploration included), for the reward reference and for the final
    greedy designs. All of them count as its designs, and their number is the budget that
-   both baselines then get (`budget` in the result; `budget_requested` is `--budget`).
-3. Simulated annealing and random search (`podracer.envs.prefix.search`) with that budget,
+   every baseline then gets (`budget` in the result; `budget_requested` is `--budget`).
+3. Simulated annealing, random search and Pareto local search (`podracer.envs.prefix.search`) with that budget,
    one run per baseline seed; searches count distinct graphs evaluated, as the agent's
    count, so their own cache (the user's default) saves time but not budget.
 
@@ -43,12 +45,13 @@ from podracer.envs.prefix.host_env import CACHE_ENV_VAR, default_cache_path, par
 from podracer.envs.prefix.reward_pool import cache_designs
 
 AGENT_CACHE = "synthesis-cache.jsonl"
-BASELINES = ("anneal", "random")
+BASELINES = ("anneal", "random", "local")
 TARGETS = ("sklansky", "brent-kung")  # the classic adders the issue's front must dominate
 
 
 def default_preset(bits: int) -> str:
-    return f"dqn-prefix{bits}-sebulba"
+    """The agent `--bits` trains by default: restarting from its front, one edit per episode."""
+    return f"dqn-prefix{bits}-front-sebulba"
 
 
 @contextlib.contextmanager

@@ -160,11 +160,21 @@ def make_configured_jax_env(env_config: EnvConfig) -> JaxEnv:
     """The JAX environment an `EnvConfig` describes: `make_jax_env(env_config.id)` (a user
     environment's outputs checked against its specs, `check_env_outputs`), showing
     the agent only `env_config.observe` where that is set (`podracer.envs.observe`), with
-    `env_config.params` set (`podracer.envs.params`) and truncated after
+    `env_config.params` set (`podracer.envs.params`; a prefix adder's constructor options,
+    `podracer.envs.prefix.env.prefix_options`) and truncated after
     `env_config.max_episode_steps` where that is set (`TimeLimitJaxEnv`)."""
     env = make_jax_env(env_config.id)
     check_time_limit(env, env_config)
-    if env_config.params:
+    if env_config.params and env_config.id.startswith("PrefixAdder-"):  # constructor options
+        from podracer.config import ConfigError
+        from podracer.envs.prefix.env import make_prefix_env, prefix_options
+
+        options = prefix_options(env_config.params, env_config.id, host=False)
+        try:
+            env = make_prefix_env(env_config.id, options)
+        except ValueError as error:
+            raise ConfigError(f"env.params: {error}") from None
+    elif env_config.params:
         from podracer.envs.params import with_params
 
         env = with_params(env, env_config.params, env_config.id)

@@ -197,9 +197,10 @@ def host_backend(env_config: EnvConfig) -> str:
     """The backend that will run `env_config.id` (`_host_backend`); `env.params` is refused
     for a backend other than "jax"."""
     backend = _host_backend(env_config)
-    if env_config.params and backend != "jax":
-        raise ConfigError(f"env.params sets parameters of JAX environments; {env_config.id} runs on {backend} here "
-                          "(--env.backend jax runs a JAX environment on the host)")
+    if env_config.params and backend not in ("jax", "prefix"):
+        raise ConfigError(f"env.params sets parameters of JAX environments (and the prefix adders' options); "
+                          f"{env_config.id} runs on {backend} here (--env.backend jax runs a JAX environment on "
+                          "the host)")
     return backend
 
 
@@ -252,7 +253,7 @@ def _backend_specs(env_config: EnvConfig) -> tuple[ObservationSpec, ActionSpec]:
     if backend == "prefix":
         from podracer.envs.prefix.host_env import prefix_host_specs
 
-        return prefix_host_specs(env_config.id, env_config.max_episode_steps)
+        return prefix_host_specs(env_config.id, env_config.max_episode_steps, env_config.params)
     if backend == "envpool":
         return envpool_env.envpool_specs(env_config)
     if backend == "jax":
@@ -281,7 +282,7 @@ def _make_backend_env(env_config: EnvConfig, num_envs: int, seed: int, num_threa
     if backend == "prefix":
         from podracer.envs.prefix.host_env import make_prefix_host_env
 
-        return make_prefix_host_env(env_config.id, num_envs, seed, env_config.max_episode_steps)
+        return make_prefix_host_env(env_config.id, num_envs, seed, env_config.max_episode_steps, env_config.params)
     if backend == "envpool":
         return envpool_env.EnvPoolEnv(env_config, num_envs, seed, num_threads)
     if backend == "jax":

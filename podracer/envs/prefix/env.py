@@ -200,14 +200,47 @@ def parse_prefix_id(env_id: str) -> dict[str, Any] | None:
     return kwargs
 
 
-def make_prefix_env(env_id: str) -> PrefixAdderEnv | None:
-    """The environment an id names, or None if it is not a prefix-adder id; bad numbers in
-    a prefix-adder id raise ValueError naming the id."""
+# Options of both forms set by `EnvConfig.params` (`--env.params reset=sklansky`), and of the
+# host form only (`podracer.envs.prefix.host_env.PrefixHostEnv`).
+OPTIONS: dict[str, type] = {"reset": str, "fanout_weight": float, "reference": str, "max_density": float}
+HOST_OPTIONS: dict[str, type] = {"front_restarts": float}
+
+
+def prefix_options(params: tuple[str, ...], env_id: str, host: bool) -> dict[str, Any]:
+    """The constructor options `EnvConfig.params` (`name=value` entries) sets for a
+    prefix-adder id: `OPTIONS`, and on the host `HOST_OPTIONS`. ConfigError naming
+    `env.params` for another name or a value of the wrong type; the constructor checks the
+    ranges."""
+    from podracer.config import ConfigError
+    from podracer.envs.params import parse_params
+
+    known = {**OPTIONS, **(HOST_OPTIONS if host else {})}
+    options: dict[str, Any] = {}
+    for name, value in parse_params(params).items():
+        if name not in known:
+            where = " (the host form's, under Sebulba)" if name in HOST_OPTIONS else ""
+            raise ConfigError(f"env.params: {env_id} has no option {name}{where}; it has {', '.join(sorted(known))}")
+        try:
+            options[name] = known[name](value)
+        except ValueError:
+            raise ConfigError(f"env.params: {name} must be a number, got {value!r}") from None
+    return options
+
+
+def jax_form_options(options: dict[str, Any]) -> dict[str, Any]:
+    """Of a host form's options, those the JAX form (`PrefixAdderEnv`) takes too."""
+    return {name: value for name, value in options.items() if name in OPTIONS}
+
+
+def make_prefix_env(env_id: str, options: dict[str, Any] | None = None) -> PrefixAdderEnv | None:
+    """The environment an id names (with constructor `options`, see `prefix_options`), or
+    None if it is not a prefix-adder id; bad numbers in the id or options raise ValueError
+    naming the id."""
     kwargs = parse_prefix_id(env_id)
     if kwargs is None:
         return None
     try:
-        return PrefixAdderEnv(**kwargs)
+        return PrefixAdderEnv(**kwargs, **(options or {}))
     except ValueError as error:
         raise ValueError(f"environment {env_id!r}: {error}") from None
 

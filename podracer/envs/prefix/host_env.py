@@ -23,11 +23,13 @@ from typing import Any
 import jax
 import numpy as np
 
+from podracer.config import ConfigError
 from podracer.envs.host import EpisodeCounters, HostStep
 from podracer.envs.prefix import graph as np_graph
 from podracer.envs.prefix import jax_graph
 from podracer.envs.prefix.builders import BUILDERS, sklansky
-from podracer.envs.prefix.env import PrefixAdderEnv, parse_prefix_id
+from podracer.envs.prefix.env import PrefixAdderEnv, jax_form_options, parse_prefix_id, prefix_options
+from podracer.envs.prefix.front import Design, front_designs
 from podracer.envs.prefix.reward_pool import RewardPool, check_cache_file
 from podracer.envs.prefix.synthesis import find_synthesis
 from podracer.types import DiscreteSpec, MaskedObs, TimeStep
@@ -70,17 +72,26 @@ class PrefixHostEnv:
     """`num_envs` prefix-adder environments stepped on the host.
 
     pool: None for analytic costs (area = node count, delay = level or fanout-aware
-    arrival, as the JAX form); a `RewardPool` for synthesised costs. Other arguments as
-    `PrefixAdderEnv`.
+    arrival, as the JAX form); a `RewardPool` for synthesised costs.
+    front_restarts: the probability that an episode starts from a design on the Pareto front
+    of the designs these environments have costed so far (drawn uniformly from it), instead
+    of `reset`'s distribution: restarts from the best designs found, as in Go-Explore
+    (Ecoffet et al. 2021) or Pareto local search, so the agent's edits refine the front it
+    found rather than wander from ripple and Sklansky. The front starts empty (also on a
+    resumed run) and is this object's own: environments in other actor threads keep theirs.
+    Other arguments as `PrefixAdderEnv`.
     """
 
     def __init__(self, num_envs: int, seed: int, bits: int = 16, area_weight: float | None = None,
                  horizon: int | None = None, reset: str = "mixed", fanout_weight: float = 0.0,
                  reference: str = "sklansky", max_density: float = 0.3, pool: RewardPool | None = None,
-                 reward_timeout_s: float = 600.0) -> None:
+                 reward_timeout_s: float = 600.0, front_restarts: float = 0.0) -> None:
+        if not 0.0 <= front_restarts <= 1.0:
+            raise ValueError(f"front_restarts must be in [0, 1], got {front_restarts}")
         self.spec_env = PrefixAdderEnv(bits, area_weight, horizon, reset, fanout_weight, reference, max_density)
         self.num_envs, self.bits, self.pool = num_envs, bits, pool
-        self.reward_timeout_s = reward_timeout_s
+        self.reward_timeout_s, self.front_restarts = reward_timeout_s, float(front_restarts)
+        self._front: list[Design] = []
         self.observation_spec = self.spec_env.observation_spec(None)
         self.action_spec = DiscreteSpec(2 * bits * bits)
         self._rng = np.random.default_rng(seed)
@@ -106,6 +117,9 @@ class PrefixHostEnv:
         n, kind = self.bits, self.spec_env.reset_kind
         graphs = []
         for _ in range(count):
+            if self.front_restarts and self._front and self._rng.random() < self.front_restarts:
+                graphs.append(self._front[self._rng.integers(len(self._front))].nodes)
+                continue
             choice = kind if kind != "mixed" else ("ripple", "sklansky", "random")[self._rng.integers(3)]
             if choice == "ripple":
                 graphs.append(np_graph.empty_graph(n))
@@ -156,6 +170,19 @@ class PrefixHostEnv:
         are collected when the next reward needs them (`self._cost` holds the analytic ones)."""
         self._starting = (envs, self._request(self._nodes[envs], self._cost[envs]))
 
+    def _remember(self, nodes: np.ndarray, costs: np.ndarray) -> None:
+        """Keep the front of the designs costed so far (for `front_restarts`); of designs
+        with equal costs, the first found stays."""
+        if self.front_restarts:
+            new = [Design(np.array(g, bool), float(a), float(d)) for g, (a, d) in zip(nodes, costs)]
+            self._front = front_designs(self._front + new)
+
+    @property
+    def front(self) -> list[Design]:
+        """The Pareto front of the designs costed so far, by area (kept when
+        `front_restarts > 0`, else empty)."""
+        return list(self._front)
+
     def _scalar_cost(self, cost: np.ndarray, weights: np.ndarray) -> np.ndarray:
         return weights * cost[:, 0] / self.area_ref + (1.0 - weights) * cost[:, 1] / self.delay_ref
 
@@ -181,7 +208,9 @@ class PrefixHostEnv:
         if len(envs):
             self._cost[envs] = self._collect(start_request)
             self._starting = (envs[:0], [])
+            self._remember(self._nodes[envs], self._cost[envs])
         after_cost = self._collect(request)
+        self._remember(after, after_cost)
         reward = self._scalar_cost(self._cost, self._weight) - self._scalar_cost(after_cost, self._weight)
         reward = reward.astype(np.float32)
         terminated = np.zeros(self.num_envs, bool)
@@ -206,36 +235,59 @@ class PrefixHostEnv:
         return self._nodes.copy()
 
     def metrics(self) -> dict[str, float]:
-        """The reward pool's metrics (syntheses/s, cache hit rate, reward wait), or {}."""
-        return {} if self.pool is None else self.pool.metrics()
+        """The reward pool's metrics (syntheses/s, cache hit rate, reward wait), and with
+        `front_restarts` the size of the front it restarts from."""
+        metrics = {} if self.pool is None else self.pool.metrics()
+        if self.front_restarts:
+            metrics["front_size"] = float(len(self._front))
+        return metrics
 
     def close(self) -> None:
         """Nothing of its own to release: a shared pool outlives its environments."""
         self._pending = None
 
 
-def prefix_host_specs(env_id: str, max_episode_steps: int | None = None) -> tuple[MaskedObs, DiscreteSpec]:
-    """Observation and action specs of a host prefix-adder id, checking that synthesis is
+def prefix_host_specs(env_id: str, max_episode_steps: int | None = None,
+                      params: tuple[str, ...] = ()) -> tuple[MaskedObs, DiscreteSpec]:
+    """Observation and action specs of a host prefix-adder id, checking its options
+    (`params`, see `prefix_options`; ConfigError naming `env.params`), that synthesis is
     available where the id asks for it (SynthesisUnavailable otherwise) and that its cache
     file can be written (ValueError naming `$PODRACER_PREFIX_CACHE`)."""
     kwargs = parse_host_id(env_id)
     if kwargs is None:
         raise ValueError(f"not a prefix-adder id: {env_id!r}")
+    options = host_options(env_id, params)
     if kwargs.pop("synthesis"):
         find_synthesis()
         try:
             check_cache_file(default_cache_path())
         except ValueError as error:
             raise ValueError(f"${CACHE_ENV_VAR}: {error}") from None
-    env = PrefixAdderEnv(horizon=max_episode_steps, **kwargs)
+    env = PrefixAdderEnv(horizon=max_episode_steps, **kwargs, **jax_form_options(options))
     return env.observation_spec(None), env.action_spec(None)
 
 
-def make_prefix_host_env(env_id: str, num_envs: int, seed: int, max_episode_steps: int | None = None) -> PrefixHostEnv:
-    """The host environment an id names (`PrefixAdderSynth-32` uses the process's shared
-    synthesis pool and `default_cache_path()`)."""
+def host_options(env_id: str, params: tuple[str, ...]) -> dict[str, Any]:
+    """The host form's options set by `params` (`prefix_options`), their ranges checked:
+    ConfigError naming `env.params`."""
+    options = prefix_options(params, env_id, host=True)
+    spec = parse_host_id(env_id)
+    try:
+        PrefixAdderEnv(spec["bits"], spec["area_weight"], **jax_form_options(options))
+        if not 0.0 <= options.get("front_restarts", 0.0) <= 1.0:
+            raise ValueError(f"front_restarts must be in [0, 1], got {options['front_restarts']}")
+    except ValueError as error:
+        raise ConfigError(f"env.params: environment {env_id!r}: {error}") from None
+    return options
+
+
+def make_prefix_host_env(env_id: str, num_envs: int, seed: int, max_episode_steps: int | None = None,
+                         params: tuple[str, ...] = ()) -> PrefixHostEnv:
+    """The host environment an id names, with the options `params` sets (`prefix_options`);
+    `PrefixAdderSynth-32` uses the process's shared synthesis pool and `default_cache_path()`."""
     kwargs = parse_host_id(env_id)
     if kwargs is None:
         raise ValueError(f"not a prefix-adder id: {env_id!r}")
+    options = host_options(env_id, params)
     pool = shared_reward_pool() if kwargs.pop("synthesis") else None
-    return PrefixHostEnv(num_envs, seed, horizon=max_episode_steps, pool=pool, **kwargs)
+    return PrefixHostEnv(num_envs, seed, horizon=max_episode_steps, pool=pool, **kwargs, **options)

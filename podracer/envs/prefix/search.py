@@ -1,5 +1,5 @@
-"""Baselines for prefix-adder design: random search and simulated annealing under a budget
-of unique syntheses (the issue's yardstick for the RL agent).
+"""Baselines for prefix-adder design: random search, simulated annealing and Pareto local
+search under a budget of unique syntheses (the issue's yardstick for the RL agent).
 
 Both evaluate designs through a `RewardPool` (synthesis or analytic costs) in batches, so
 the pool's workers run in parallel, and count each distinct graph once against the budget,
@@ -11,6 +11,13 @@ spread over (0, 1), each minimising `w area / area_ref + (1 - w) delay / delay_r
 (Sklansky as the reference), so together the chains cover the trade-off curve. A move is one
 random legal action (add or delete a node, then legalise), as the environment's; chains
 start from the classic adders in turn and cool geometrically as the budget is spent.
+
+Pareto local search (Paquete et al. 2004, in its simplest form) keeps no chains: each
+proposal is a design drawn uniformly from the Pareto front of everything evaluated so far
+(the classic adders to begin with), edited by 1 to `max_moves` random legal actions. It is
+what the agent's exploration does when its episodes restart from the front it found
+(`PrefixHostEnv(front_restarts=...)`), without the learned policy, so it tells what the
+policy adds.
 """
 
 from __future__ import annotations
@@ -22,10 +29,10 @@ import numpy as np
 
 from podracer.envs.prefix import graph as G
 from podracer.envs.prefix.builders import BUILDERS, sklansky
-from podracer.envs.prefix.front import Design
+from podracer.envs.prefix.front import Design, front_designs
 from podracer.envs.prefix.reward_pool import RewardPool, graph_key
 
-METHODS = ("anneal", "random")
+METHODS = ("anneal", "random", "local")
 
 
 class SearchResult(NamedTuple):
@@ -116,8 +123,33 @@ def anneal(pool: RewardPool, bits: int, budget: int, seed: int = 0, chains: int 
     return SearchResult(list(costs.designs.values()), budget, (area_ref, delay_ref))
 
 
+def pareto_local_search(pool: RewardPool, bits: int, budget: int, seed: int = 0, batch: int = 8,
+                        max_moves: int = 3, timeout_s: float = 600.0) -> SearchResult:
+    """Random edits (1 to `max_moves` legal actions) of designs drawn from the current
+    Pareto front, `batch` at a time, until `budget` distinct graphs are evaluated (or 50 x
+    budget proposals)."""
+    rng = np.random.default_rng(seed)
+    costs = BudgetedCosts(pool, budget, timeout_s)
+    costs.evaluate([build(bits) for build in BUILDERS.values()])
+    proposals = 0
+    while costs.left > 0 and proposals < 50 * budget:
+        front = front_designs(list(costs.designs.values()))
+        graphs = []
+        for _ in range(min(batch, costs.left)):
+            nodes = front[rng.integers(len(front))].nodes
+            for _ in range(rng.integers(1, max_moves + 1)):
+                nodes = _random_move(rng, nodes)
+            graphs.append(nodes)
+        costs.evaluate(graphs)
+        proposals += len(graphs)
+    return SearchResult(list(costs.designs.values()), budget, _reference(pool, bits, timeout_s))
+
+
+_SEARCHES = {"anneal": anneal, "random": random_search, "local": pareto_local_search}
+
+
 def search(method: str, pool: RewardPool, bits: int, budget: int, seed: int = 0, **kwargs) -> SearchResult:
-    """`anneal` or `random_search` by name."""
+    """A search by name: `anneal`, `random` or `local` (Pareto local search)."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    return (anneal if method == "anneal" else random_search)(pool, bits, budget, seed, **kwargs)
+    return _SEARCHES[method](pool, bits, budget, seed, **kwargs)
