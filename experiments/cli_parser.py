@@ -134,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--policy", choices=["auto", "greedy", "sample"], default="auto",
                        help="table: evaluation policy (auto: sample for PPO/IMPALA, greedy for Q-learning)")
     bench.add_argument("--bits", type=int, default=16,
-                       help="prefix: adder width; the preset defaults to dqn-prefix<bits>-sebulba (default 16)")
+                       help="prefix: adder width; the preset defaults to dqn-prefix<bits>-front-sebulba (default 16)")
     bench.add_argument("--budget", type=int, default=None,
                        help="prefix: unique syntheses the agent trains for; the baselines get the agent's count")
     bench.add_argument("--run-dir", default=None, metavar="RUN",

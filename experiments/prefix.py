@@ -22,6 +22,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import functools
 import json
+import math
 import os
 import time
 from typing import Any
@@ -75,6 +76,8 @@ def pool_for_model(model: str) -> RewardPool:
     if model.startswith("analytic-"):
         try:
             fanout_weight = float(model.removeprefix("analytic-"))
+            if not (math.isfinite(fanout_weight) and fanout_weight >= 0):
+                raise ValueError(model)
         except ValueError:
             raise ConfigError(f"unknown cost model {model!r} in the designs file") from None
         return make_pool("analytic", fanout_weight=fanout_weight)[0]

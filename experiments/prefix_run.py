@@ -21,7 +21,7 @@ import numpy as np
 
 from podracer.config import ConfigError
 from podracer.envs.prefix.builders import sklansky
-from podracer.envs.prefix.env import PrefixAdderEnv, jax_form_options, prefix_options
+from podracer.envs.prefix.env import PrefixAdderEnv, jax_form_options
 from podracer.envs.prefix.front import DESIGNS_FILE, Design, write_designs
 from podracer.envs.prefix.graph import empty_graph
 
@@ -64,7 +64,7 @@ def collect_run_designs(run_dir: str, num_weights: int = 11, agent_seed: int = 0
     from experiments.evaluate import load_policy
     from experiments.prefix import make_pool
     from experiments.train import load_run_config
-    from podracer.envs.prefix.host_env import parse_host_id
+    from podracer.envs.prefix.host_env import host_options, parse_host_id
 
     config = load_run_config(run_dir)
     spec = parse_host_id(config.env.id)
@@ -72,7 +72,7 @@ def collect_run_designs(run_dir: str, num_weights: int = 11, agent_seed: int = 0
         raise ConfigError(f"{run_dir!r} trained on {config.env.id!r}, not a prefix-adder environment")
     # The run's episodes: its own time limit (env.max_episode_steps), else the env's 2 N, and
     # its options (a fanout-aware delay changes the features the policy sees and the costs).
-    options = jax_form_options(prefix_options(config.env.params, config.env.id, host=True))
+    options = jax_form_options(host_options(config.env.id, config.env.params))
     env = PrefixAdderEnv(spec["bits"], area_weight=spec["area_weight"], horizon=config.env.max_episode_steps, **options)
     obs_spec, action_spec = env.observation_spec(None), env.action_spec(None)
     loaded = load_policy(run_dir, config, obs_spec, action_spec, agent_seed, sample=False)

@@ -1,5 +1,6 @@
 """DQN with PrefixRL's convolutional Q-maps (`torso="prefix_conv"`) on the prefix-adder env."""
 
+import dataclasses
 import os
 
 import jax
@@ -11,7 +12,9 @@ from anakin import AnakinConfig
 from podracer import networks_prefix
 from podracer.agents import DQNConfig, dqn, make_agent
 from podracer.config import Config, ConfigError, EnvConfig
+from podracer.envs.prefix import graph as G
 from podracer.envs.prefix.env import PrefixAdderEnv
+from podracer.envs.prefix.front import read_designs
 from podracer.types import DiscreteSpec, ObsSpec
 
 SMALL = dict(torso="prefix_conv", prefix_blocks=1, prefix_channels=8)
@@ -116,6 +119,17 @@ def test_greedy_designs_of_a_run_last_its_time_limit(tmp_path, monkeypatch):
         config, evaluate.Policy(first_legal, lambda batch: (None, None)), {}, 0))
     collected = prefix_run.collect_run_designs(str(tmp_path))
     assert collected["designs"] == 2 * (3 + 1)  # two starts, each with its 3 steps' graphs
+
+    # A run with a fanout-aware delay (env.params) is rolled out and costed in its model.
+    config = dataclasses.replace(config, env=dataclasses.replace(config.env, params=("fanout_weight=0.5",)))
+    prefix_run.collect_run_designs(str(tmp_path))
+    designs, model = read_designs(str(tmp_path))
+    assert model == "analytic-0.5"
+    assert all(d.delay == G.delay(d.nodes, 0.5) for d in designs)
+    assert any(d.delay != G.delay(d.nodes) for d in designs)
+    config = dataclasses.replace(config, env=dataclasses.replace(config.env, params=("fanout_weight=-1",)))
+    with pytest.raises(ConfigError, match="env.params"):
+        prefix_run.collect_run_designs(str(tmp_path))
 
 
 @pytest.mark.parametrize("name,bits", [("dqn-prefix16-anakin", 16), ("dqn-prefix16-sebulba", 16),

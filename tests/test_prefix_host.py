@@ -19,7 +19,7 @@ from podracer.envs.prefix import graph as G
 from podracer.envs.prefix import host_env, synthesis
 from podracer.envs.prefix.builders import classic_adders, sklansky
 from podracer.envs.prefix.env import PrefixAdderEnv
-from podracer.envs.prefix.front import pareto_front
+from podracer.envs.prefix.front import Design, pareto_front
 from podracer.envs.prefix.host_env import PrefixHostEnv, prefix_host_specs
 from podracer.envs.prefix.reward_pool import RewardPool, RewardTimeout, analytic_cost
 from podracer.envs.prefix.synthesis import SynthesisResult, SynthesisUnavailable, find_synthesis
@@ -275,42 +275,96 @@ def test_synthesis_host_env_rewards_are_synthesised_cost_changes(tmp_path):
     pool.close()
 
 
+def _random_legal_actions(rng, obs):
+    return np.array([rng.choice(np.flatnonzero(m)) for m in obs.action_mask])
+
+
 def test_front_restarts_start_episodes_from_the_front_of_the_designs_costed():
     """With `front_restarts=1` every episode after the first starts from a design on the
-    Pareto front of all graphs costed so far (starts and steps, analytic costs here), and
-    `front` is that front; with 0 no front is kept and the episodes start as before."""
+    Pareto front of all graphs costed so far (starts and steps), and `front` is that front."""
     n, num_envs, horizon = 8, 3, 2
     env = PrefixHostEnv(num_envs, seed=3, bits=n, horizon=horizon, front_restarts=1.0)
-    plain = PrefixHostEnv(num_envs, seed=3, bits=n, horizon=horizon)
-    default = PrefixHostEnv(num_envs, seed=3, bits=n, horizon=horizon, front_restarts=0.0)
-    obs, plain_obs = env.reset(), plain.reset()
-    np.testing.assert_array_equal(default.reset().obs, plain_obs.obs)  # front_restarts=0: same draws
+    obs = env.reset()
     seen = [(g, G.area(g), G.delay(g)) for g in env.graphs]
     rng = np.random.default_rng(0)
     restarts = 0
-    for t in range(12):
-        action = np.array([rng.choice(np.flatnonzero(m)) for m in obs.action_mask])
-        env.send(action)
+    for _ in range(12):
+        env.send(_random_legal_actions(rng, obs))
         step = env.recv().timestep
-        front_before_restart = {d.nodes.tobytes() for d in env.front}
-        seen += [(g, G.area(g), G.delay(g)) for g in env.graphs if not step.truncated.any()]
         if step.truncated.any():
-            final = [g for g in np.asarray(step.final_obs.obs[..., 0] > 0.5)]  # present channel
+            final = np.asarray(step.final_obs.obs[..., 0] > 0.5)  # the present channel: the graphs
             seen += [(g, G.area(g), G.delay(g)) for g in final]
+            front = {d.nodes.tobytes() for d in env.front}
             for g in env.graphs:  # every new episode starts on the front found so far
-                assert g.tobytes() in front_before_restart
+                assert g.tobytes() in front
                 restarts += 1
+        else:
+            seen += [(g, G.area(g), G.delay(g)) for g in env.graphs]
         obs = step.obs
-        plain.send(action)
-        plain.recv()
     assert restarts == num_envs * (12 // horizon)
     points = np.array([[a, d] for _, a, d in seen])
     expected = {(points[i, 0], points[i, 1]) for i in pareto_front(points)}
     assert {(d.area, d.delay) for d in env.front} == expected
     assert env.metrics()["front_size"] == len(expected)
-    assert plain.front == [] and "front_size" not in plain.metrics()
     with pytest.raises(ValueError, match="front_restarts must be in"):
         PrefixHostEnv(1, seed=0, bits=n, front_restarts=1.5)
+
+
+def test_a_restart_can_start_from_the_design_found_in_the_step_that_ended_the_episode():
+    """The graphs of a step join the front before the episodes that step ended restart,
+    and the restarts draw from the whole front, not one design of it."""
+    env = PrefixHostEnv(1, seed=0, bits=12, horizon=1, reset="ripple", fanout_weight=0.5, front_restarts=1.0)
+    obs = env.reset()
+    rng = np.random.default_rng(1)
+    found_before, fresh_starts, starts = set(), 0, set()
+    for _ in range(100):
+        env.send(_random_legal_actions(rng, obs))
+        step = env.recv().timestep
+        found = np.asarray(step.final_obs.obs[0, ..., 0] > 0.5).tobytes()
+        start = env.graphs[0].tobytes()
+        fresh_starts += start == found and found not in found_before
+        found_before.add(found)
+        starts.add(start)
+        obs = step.obs
+    assert fresh_starts >= 2 and len(starts) >= 8  # 4 and 11 (a front of 8 at the end)
+
+
+def test_without_front_restarts_the_episodes_start_as_they_always_did():
+    """`front_restarts=0` draws nothing more from the environment's generator, whatever
+    its front holds, and keeps no front."""
+    kwargs = dict(num_envs=4, seed=5, bits=8, horizon=2)
+    plain, default = PrefixHostEnv(**kwargs), PrefixHostEnv(**kwargs, front_restarts=0.0)
+    default._front = [Design(sklansky(8), 1.0, 1.0)]  # a front it must not draw from
+    rng = np.random.default_rng(0)
+    obs = plain.reset()
+    np.testing.assert_array_equal(default.reset().obs, obs.obs)
+    for _ in range(9):
+        action = _random_legal_actions(rng, obs)
+        plain.send(action)
+        default.send(action)
+        obs = plain.recv().timestep.obs
+        np.testing.assert_array_equal(default.recv().timestep.obs.obs, obs.obs)
+        np.testing.assert_array_equal(default.graphs, plain.graphs)
+    assert plain.front == [] and "front_size" not in plain.metrics()
+
+
+def test_the_front_holds_the_pool_costs_not_the_analytic_ones():
+    """Under synthesis the front is judged by the pool's costs (here a stand-in whose area
+    and delay disagree with the analytic model), the starts' costs included."""
+    def cost(nodes):
+        area, level = float(G.area(nodes)), float(G.delay(nodes))
+        return SynthesisResult(100.0 - area, 2.0 * level + area / 10, 0.0)  # more nodes: smaller here
+
+    with RewardPool(evaluate=cost, identity="stand-in", executor=cf.ThreadPoolExecutor(1)) as pool:
+        env = PrefixHostEnv(2, seed=0, bits=8, horizon=3, pool=pool, front_restarts=0.5)
+        obs = env.reset()
+        rng = np.random.default_rng(2)
+        for _ in range(10):
+            env.send(_random_legal_actions(rng, obs))
+            obs = env.recv().timestep.obs
+    assert env.front
+    for design in env.front:
+        assert (design.area, design.delay) == tuple(cost(design.nodes)[:2])
 
 
 def test_prefix_options_from_env_params_on_both_forms():
@@ -332,7 +386,9 @@ def test_prefix_options_from_env_params_on_both_forms():
          "no option front_restarts (the host form's, under Sebulba)"),
         (lambda: make_host_env(EnvConfig("PrefixAdder-8", params=("colour=red",)), 1, 0), "no option colour"),
         (lambda: host_env_specs(EnvConfig("PrefixAdder-8", params=("max_density=lots",))),
-         "max_density must be a number"),
+         "max_density must be a finite number"),
+        (lambda: make_configured_jax_env(EnvConfig("PrefixAdder-8", params=("fanout_weight=nan",))),
+         "fanout_weight must be a finite number"),
         (lambda: host_env_specs(EnvConfig("PrefixAdder-8", params=("front_restarts=2",))),
          "front_restarts must be in [0, 1]"),
         (lambda: make_configured_jax_env(EnvConfig("PrefixAdder-8", params=("reset=anywhere",))),

@@ -116,9 +116,10 @@ def test_pareto_local_search_edits_the_front_it_has_found():
         assert designs[k].nodes.tobytes() in children, k
 
 
-def test_prefix_baseline_command_writes_the_front_as_verilog_that_adds(tmp_path, capsys):
-    out = str(tmp_path / "anneal")
-    main(["prefix-baseline", "--bits", "8", "--method", "anneal", "--budget", "30", "--cost", "analytic",
+@pytest.mark.parametrize("method", ["anneal", "local"])
+def test_prefix_baseline_command_writes_the_front_as_verilog_that_adds(tmp_path, capsys, method):
+    out = str(tmp_path / method)
+    main(["prefix-baseline", "--bits", "8", "--method", method, "--budget", "30", "--cost", "analytic",
           "--out", out, "--json"])
     summary = json.loads(capsys.readouterr().out)
     assert summary["designs"] == 30 and summary["budget"] == 30 and os.path.exists(summary["plot"])
@@ -143,6 +144,34 @@ def test_prefix_baseline_command_writes_the_front_as_verilog_that_adds(tmp_path,
     again = json.loads(capsys.readouterr().out)
     assert again["front"] == summary["front"] and again["hypervolume"] == summary["hypervolume"]
     assert again["plot"] == plot and os.path.getsize(plot) > 0
+
+
+def test_the_command_offers_every_search_method():
+    from experiments.cli_parser import build_parser
+
+    args = build_parser().parse_args(["prefix-baseline", "--out", "x", "--method", "local"])
+    assert args.method == "local"
+    baseline = next(a for a in build_parser()._subparsers._group_actions[0].choices["prefix-baseline"]._actions
+                    if a.dest == "method")
+    assert tuple(baseline.choices) == METHODS
+
+
+def test_analytic_cost_models_name_their_fanout_weight():
+    """A designs file records the analytic model with its fanout weight, and is costed
+    again the same way; a model string that names no usable weight is refused."""
+    from experiments.prefix import pool_for_model
+    from podracer.config import ConfigError
+
+    graph = classic_adders(8)["kogge-stone"]
+    for weight, model in ((0.0, "analytic-0"), (0.5, "analytic-0.5")):
+        pool, name = make_pool("analytic", fanout_weight=weight)
+        with pool:
+            assert name == model and tuple(pool.costs([graph])[0]) == (G.area(graph), G.delay(graph, weight))
+        with pool_for_model(model) as again:
+            assert tuple(again.costs([graph])[0]) == (G.area(graph), G.delay(graph, weight))
+    for bad in ("analytic-x", "analytic-nan", "analytic--1", "nothing"):
+        with pytest.raises(ConfigError, match="unknown cost model"):
+            pool_for_model(bad)
 
 
 def test_a_rerun_into_the_same_out_leaves_only_its_own_front_as_verilog(tmp_path, capsys):

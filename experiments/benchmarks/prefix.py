@@ -130,8 +130,8 @@ def compare(out: str, budget: int | None = None, config: Config | None = None, r
             baseline_seeds: Sequence[int] = (0,), workers: int | None = None,
             log: Callable[[str], None] = print) -> dict[str, Any]:
     """The comparison (see the module docstring): train `config` until `budget` syntheses
-    (its `run_dir` defaults to `OUT/agent-run`), or read the finished `run_dir`; then both
-    baselines with the agent's count as their budget. Writes and returns the table."""
+    (its `run_dir` defaults to `OUT/agent-run`), or read the finished `run_dir`; then every
+    baseline with the agent's count as its budget. Writes and returns the table."""
     from experiments.prefix import check_writable_out, make_pool, run_baseline, show_front
 
     check_writable_out(out)

@@ -156,6 +156,22 @@ def check_env_outputs(env: JaxEnv, env_id: str) -> None:
              "selects between them: same structure, shapes and dtypes)")
 
 
+def _with_params(env: JaxEnv, env_config: EnvConfig) -> JaxEnv:
+    """`env` with `env_config.params` set: a prefix adder built again with those options,
+    another environment's parameters replaced by name."""
+    from podracer.config import ConfigError
+    from podracer.envs.params import with_params
+    from podracer.envs.prefix.env import PrefixAdderEnv, make_prefix_env, prefix_options
+
+    if type(env) is not PrefixAdderEnv:  # a subclass registered by a user has its own constructor
+        return with_params(env, env_config.params, env_config.id)
+    options = prefix_options(env_config.params, env_config.id, host=False)
+    try:
+        return make_prefix_env(env_config.id, options)
+    except ValueError as error:
+        raise ConfigError(f"env.params: {error}") from None
+
+
 def make_configured_jax_env(env_config: EnvConfig) -> JaxEnv:
     """The JAX environment an `EnvConfig` describes: `make_jax_env(env_config.id)` (a user
     environment's outputs checked against its specs, `check_env_outputs`), showing
@@ -165,19 +181,8 @@ def make_configured_jax_env(env_config: EnvConfig) -> JaxEnv:
     `env_config.max_episode_steps` where that is set (`TimeLimitJaxEnv`)."""
     env = make_jax_env(env_config.id)
     check_time_limit(env, env_config)
-    if env_config.params and env_config.id.startswith("PrefixAdder-"):  # constructor options
-        from podracer.config import ConfigError
-        from podracer.envs.prefix.env import make_prefix_env, prefix_options
-
-        options = prefix_options(env_config.params, env_config.id, host=False)
-        try:
-            env = make_prefix_env(env_config.id, options)
-        except ValueError as error:
-            raise ConfigError(f"env.params: {error}") from None
-    elif env_config.params:
-        from podracer.envs.params import with_params
-
-        env = with_params(env, env_config.params, env_config.id)
+    if env_config.params:
+        env = _with_params(env, env_config)
     if env_config.id in _USER:  # built-ins are checked by the tests; a user's is checked here
         check_env_outputs(env, env_config.id)  # with the run's parameters (shapes may follow them)
     if env_config.max_episode_steps is not None:

@@ -195,7 +195,7 @@ def _is_prefix_id(env_id: str) -> bool:
 
 def host_backend(env_config: EnvConfig) -> str:
     """The backend that will run `env_config.id` (`_host_backend`); `env.params` is refused
-    for a backend other than "jax"."""
+    for a backend other than "jax" and "prefix" (the prefix adders' options)."""
     backend = _host_backend(env_config)
     if env_config.params and backend not in ("jax", "prefix"):
         raise ConfigError(f"env.params sets parameters of JAX environments (and the prefix adders' options); "

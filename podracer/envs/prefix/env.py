@@ -18,6 +18,7 @@ model, so the return of an episode is the normalised cost it removed. Episodes l
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -222,9 +223,17 @@ def prefix_options(params: tuple[str, ...], env_id: str, host: bool) -> dict[str
             raise ConfigError(f"env.params: {env_id} has no option {name}{where}; it has {', '.join(sorted(known))}")
         try:
             options[name] = known[name](value)
+            if known[name] is float and not math.isfinite(options[name]):
+                raise ValueError(value)
         except ValueError:
-            raise ConfigError(f"env.params: {name} must be a number, got {value!r}") from None
+            raise ConfigError(f"env.params: {name} must be a finite number, got {value!r}") from None
     return options
+
+
+def check_front_restarts(value: float) -> None:
+    """ValueError unless `front_restarts` is a probability."""
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"front_restarts must be in [0, 1], got {value}")
 
 
 def jax_form_options(options: dict[str, Any]) -> dict[str, Any]:

@@ -28,7 +28,13 @@ from podracer.envs.host import EpisodeCounters, HostStep
 from podracer.envs.prefix import graph as np_graph
 from podracer.envs.prefix import jax_graph
 from podracer.envs.prefix.builders import BUILDERS, sklansky
-from podracer.envs.prefix.env import PrefixAdderEnv, jax_form_options, parse_prefix_id, prefix_options
+from podracer.envs.prefix.env import (
+    PrefixAdderEnv,
+    check_front_restarts,
+    jax_form_options,
+    parse_prefix_id,
+    prefix_options,
+)
 from podracer.envs.prefix.front import Design, front_designs
 from podracer.envs.prefix.reward_pool import RewardPool, check_cache_file
 from podracer.envs.prefix.synthesis import find_synthesis
@@ -86,8 +92,7 @@ class PrefixHostEnv:
                  horizon: int | None = None, reset: str = "mixed", fanout_weight: float = 0.0,
                  reference: str = "sklansky", max_density: float = 0.3, pool: RewardPool | None = None,
                  reward_timeout_s: float = 600.0, front_restarts: float = 0.0) -> None:
-        if not 0.0 <= front_restarts <= 1.0:
-            raise ValueError(f"front_restarts must be in [0, 1], got {front_restarts}")
+        check_front_restarts(front_restarts)
         self.spec_env = PrefixAdderEnv(bits, area_weight, horizon, reset, fanout_weight, reference, max_density)
         self.num_envs, self.bits, self.pool = num_envs, bits, pool
         self.reward_timeout_s, self.front_restarts = reward_timeout_s, float(front_restarts)
@@ -274,8 +279,7 @@ def host_options(env_id: str, params: tuple[str, ...]) -> dict[str, Any]:
     spec = parse_host_id(env_id)
     try:
         PrefixAdderEnv(spec["bits"], spec["area_weight"], **jax_form_options(options))
-        if not 0.0 <= options.get("front_restarts", 0.0) <= 1.0:
-            raise ValueError(f"front_restarts must be in [0, 1], got {options['front_restarts']}")
+        check_front_restarts(options.get("front_restarts", 0.0))
     except ValueError as error:
         raise ConfigError(f"env.params: environment {env_id!r}: {error}") from None
     return options
