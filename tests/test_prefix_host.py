@@ -331,21 +331,32 @@ def test_a_restart_can_start_from_the_design_found_in_the_step_that_ended_the_ep
 
 def test_without_front_restarts_the_episodes_start_as_they_always_did():
     """`front_restarts=0` draws nothing more from the environment's generator, whatever
-    its front holds, and keeps no front."""
-    kwargs = dict(num_envs=4, seed=5, bits=8, horizon=2)
-    plain, default = PrefixHostEnv(**kwargs), PrefixHostEnv(**kwargs, front_restarts=0.0)
-    default._front = [Design(sklansky(8), 1.0, 1.0)]  # a front it must not draw from
+    its front holds, and keeps no front: the starts are the mixed draws of before (the
+    graphs, then the weights, from one `default_rng(seed)`)."""
+    n, num_envs, horizon = 8, 4, 2
+    env = PrefixHostEnv(num_envs, seed=5, bits=n, horizon=horizon, front_restarts=0.0)
+    env._front = [Design(sklansky(n), 1.0, 1.0)]  # a front it must not draw from
+    draws = np.random.default_rng(5)
+
+    def starts():
+        graphs = []
+        for _ in range(num_envs):
+            kind = ("ripple", "sklansky", "random")[draws.integers(3)]
+            graphs.append(G.empty_graph(n) if kind == "ripple" else sklansky(n) if kind == "sklansky"
+                          else G.random_graph(draws, n, draws.random() * 0.3))
+        weights = draws.random(num_envs).astype(np.float32)
+        return np.stack(graphs), weights
+
+    obs = env.reset()
     rng = np.random.default_rng(0)
-    obs = plain.reset()
-    np.testing.assert_array_equal(default.reset().obs, obs.obs)
-    for _ in range(9):
-        action = _random_legal_actions(rng, obs)
-        plain.send(action)
-        default.send(action)
-        obs = plain.recv().timestep.obs
-        np.testing.assert_array_equal(default.recv().timestep.obs.obs, obs.obs)
-        np.testing.assert_array_equal(default.graphs, plain.graphs)
-    assert plain.front == [] and "front_size" not in plain.metrics()
+    for t in range(7):
+        if t % horizon == 0:
+            graphs, weights = starts()
+            np.testing.assert_array_equal(env.graphs, graphs)
+            np.testing.assert_array_equal(obs.obs[:, 0, 0, -1], weights)  # the weight channel
+        env.send(_random_legal_actions(rng, obs))
+        obs = env.recv().timestep.obs
+    assert PrefixHostEnv(1, seed=0, bits=n).front == [] and "front_size" not in env.metrics()
 
 
 def test_the_front_holds_the_pool_costs_not_the_analytic_ones():
