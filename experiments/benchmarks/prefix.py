@@ -7,8 +7,8 @@ searches). Pareto local search is what an agent restarting from its front
     podracer bench prefix --bits 16 --budget 2000 --out runs/bench-prefix16
     podracer bench prefix --run-dir RUN --out DIR      # a finished run instead of training
 
-1. The agent: the preset (`dqn-prefix<bits>-front-sebulba`, synthesis rewards) trains with a fresh
-   synthesis cache of its own, `RUN/synthesis-cache.jsonl`, until it has synthesised
+1. The agent: the preset (`dqn-prefix<bits>-front-sebulba`, synthesis rewards) trains with
+   a fresh synthesis cache of its own, `RUN/synthesis-cache.jsonl`, until it has synthesised
    `--budget` distinct graphs (checked after every update, so it may pass the budget by
    one update's new graphs); then its greedy designs are collected
    (`experiments.prefix_run`) through the same cache. With `--run-dir` a finished run is
@@ -18,9 +18,10 @@ searches). Pareto local search is what an agent restarting from its front
    during training (its exploration included), for the reward reference and for the final
    greedy designs. All of them count as its designs, and their number is the budget that
    every baseline then gets (`budget` in the result; `budget_requested` is `--budget`).
-3. Simulated annealing, random search and Pareto local search (`podracer.envs.prefix.search`) with that budget,
-   one run per baseline seed; searches count distinct graphs evaluated, as the agent's
-   count, so their own cache (the user's default) saves time but not budget.
+3. Simulated annealing, random search and Pareto local search
+   (`podracer.envs.prefix.search`) with that budget, one run per baseline seed; searches
+   count distinct graphs evaluated, as the agent's count, so their own cache (the user's
+   default) saves time but not budget.
 
 Every front is judged with the same reference point (the classic adders' worst area and
 delay, `experiments.prefix.summarize_front`). `OUT/comparison.json` holds the table, and
