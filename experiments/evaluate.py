@@ -20,7 +20,6 @@ counted and the result's `unfinished` counting such episodes (a video shows at m
 
 from __future__ import annotations
 
-import functools
 import os
 from typing import Any, Callable, NamedTuple
 
@@ -245,7 +244,6 @@ def _episode_returns(env: JaxEnv, policy: Policy, params: Params, key: PRNGKey, 
     env_params = env.default_params
     reset_key, key = jax.random.split(key)
     state, obs = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(reset_key, episodes), env_params)
-    step = functools.partial(step_batch, env)
     done = jnp.zeros(episodes, bool)
     returns = jnp.zeros(episodes, jnp.float32)
 
@@ -256,7 +254,7 @@ def _episode_returns(env: JaxEnv, policy: Policy, params: Params, key: PRNGKey, 
         t, state, obs, done, returns, key, core, start = carry
         key, act_key, step_key = jax.random.split(key, 3)
         action, core = policy.act(params, obs, act_key, core, start)
-        state, ts = step(jax.random.split(step_key, episodes), state, action, env_params)
+        state, ts = step_batch(env, jax.random.split(step_key, episodes), state, action, env_params)
         start = None if start is None else ts.done
         # An episode's return so far until it ends, then the return it ended with.
         returns = jnp.where(done, returns, ts.episode_return)

@@ -103,10 +103,11 @@ def dqn_prefix16_anakin() -> Config:
     )
 
 
-def _synth_sebulba(bits: int, num_envs: int, total_env_steps: int) -> Config:
+def _synth_sebulba(bits: int, num_envs: int, total_env_steps: int, env: EnvConfig | None = None,
+                   **agent_changes) -> Config:
     return Config(
-        env=EnvConfig(f"PrefixAdderSynth-{bits}"),
-        agent=_prefix_dqn(bits, learning_starts=1_000),
+        env=env or EnvConfig(f"PrefixAdderSynth-{bits}"),
+        agent=_prefix_dqn(bits, **{"learning_starts": 1_000, **agent_changes}),
         arch=SebulbaConfig(num_envs=num_envs, rollout_length=8, max_policy_lag=1, updates_per_log=10),
         total_env_steps=total_env_steps,
     )
@@ -136,11 +137,9 @@ def dqn_prefix32_sebulba() -> Config:
 
 
 def _front_sebulba(bits: int, epsilon_decay_steps: int, total_env_steps: int) -> Config:
-    config = _synth_sebulba(bits, num_envs=16, total_env_steps=total_env_steps)
-    return dataclasses.replace(
-        config, env=EnvConfig(f"PrefixAdderSynth-{bits}", max_episode_steps=1, params=("front_restarts=1",)),
-        agent=_prefix_dqn(bits, prefix_channels=16, prefix_blocks=2, learning_starts=512,
-                          epsilon_decay_steps=epsilon_decay_steps))
+    env = EnvConfig(f"PrefixAdderSynth-{bits}", max_episode_steps=1, params=("front_restarts=1",))
+    return _synth_sebulba(bits, num_envs=16, total_env_steps=total_env_steps, env=env, prefix_channels=16,
+                          prefix_blocks=2, learning_starts=512, epsilon_decay_steps=epsilon_decay_steps)
 
 
 def dqn_prefix16_front_sebulba() -> Config:

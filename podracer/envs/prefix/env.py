@@ -230,12 +230,6 @@ def prefix_options(params: tuple[str, ...], env_id: str, host: bool) -> dict[str
     return options
 
 
-def check_front_restarts(value: float) -> None:
-    """ValueError unless `front_restarts` is a probability."""
-    if not 0.0 <= value <= 1.0:
-        raise ValueError(f"front_restarts must be in [0, 1], got {value}")
-
-
 def jax_form_options(options: dict[str, Any]) -> dict[str, Any]:
     """Of a host form's options, those the JAX form (`PrefixAdderEnv`) takes too."""
     return {name: value for name, value in options.items() if name in OPTIONS}

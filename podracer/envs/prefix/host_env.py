@@ -30,7 +30,6 @@ from podracer.envs.prefix import jax_graph
 from podracer.envs.prefix.builders import BUILDERS, sklansky
 from podracer.envs.prefix.env import (
     PrefixAdderEnv,
-    check_front_restarts,
     jax_form_options,
     parse_prefix_id,
     prefix_options,
@@ -92,7 +91,7 @@ class PrefixHostEnv:
                  horizon: int | None = None, reset: str = "mixed", fanout_weight: float = 0.0,
                  reference: str = "sklansky", max_density: float = 0.3, pool: RewardPool | None = None,
                  reward_timeout_s: float = 600.0, front_restarts: float = 0.0) -> None:
-        check_front_restarts(front_restarts)
+        _check_front_restarts(front_restarts)
         self.spec_env = PrefixAdderEnv(bits, area_weight, horizon, reset, fanout_weight, reference, max_density)
         self.num_envs, self.bits, self.pool = num_envs, bits, pool
         self.reward_timeout_s, self.front_restarts = reward_timeout_s, float(front_restarts)
@@ -258,10 +257,7 @@ def prefix_host_specs(env_id: str, max_episode_steps: int | None = None,
     (`params`, see `prefix_options`; ConfigError naming `env.params`), that synthesis is
     available where the id asks for it (SynthesisUnavailable otherwise) and that its cache
     file can be written (ValueError naming `$PODRACER_PREFIX_CACHE`)."""
-    kwargs = parse_host_id(env_id)
-    if kwargs is None:
-        raise ValueError(f"not a prefix-adder id: {env_id!r}")
-    options = host_options(env_id, params)
+    kwargs, options = _parsed(env_id, params)
     if kwargs.pop("synthesis"):
         find_synthesis()
         try:
@@ -272,26 +268,36 @@ def prefix_host_specs(env_id: str, max_episode_steps: int | None = None,
     return env.observation_spec(None), env.action_spec(None)
 
 
+def _check_front_restarts(value: float) -> None:
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"front_restarts must be in [0, 1], got {value}")
+
+
 def host_options(env_id: str, params: tuple[str, ...]) -> dict[str, Any]:
-    """The host form's options set by `params` (`prefix_options`), their ranges checked:
-    ConfigError naming `env.params`."""
-    options = prefix_options(params, env_id, host=True)
+    """The host form's options set by `params` (`prefix_options`) for a prefix-adder id,
+    their ranges checked: ConfigError naming `env.params`."""
+    return _parsed(env_id, params)[1]
+
+
+def _parsed(env_id: str, params: tuple[str, ...]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`(parse_host_id(env_id), host_options(env_id, params))`; ValueError for an id that is
+    not a prefix adder's."""
     spec = parse_host_id(env_id)
+    if spec is None:
+        raise ValueError(f"not a prefix-adder id: {env_id!r}")
+    options = prefix_options(params, env_id, host=True)
     try:
         PrefixAdderEnv(spec["bits"], spec["area_weight"], **jax_form_options(options))
-        check_front_restarts(options.get("front_restarts", 0.0))
+        _check_front_restarts(options.get("front_restarts", 0.0))
     except ValueError as error:
         raise ConfigError(f"env.params: environment {env_id!r}: {error}") from None
-    return options
+    return spec, options
 
 
 def make_prefix_host_env(env_id: str, num_envs: int, seed: int, max_episode_steps: int | None = None,
                          params: tuple[str, ...] = ()) -> PrefixHostEnv:
     """The host environment an id names, with the options `params` sets (`prefix_options`);
     `PrefixAdderSynth-32` uses the process's shared synthesis pool and `default_cache_path()`."""
-    kwargs = parse_host_id(env_id)
-    if kwargs is None:
-        raise ValueError(f"not a prefix-adder id: {env_id!r}")
-    options = host_options(env_id, params)
+    kwargs, options = _parsed(env_id, params)
     pool = shared_reward_pool() if kwargs.pop("synthesis") else None
     return PrefixHostEnv(num_envs, seed, horizon=max_episode_steps, pool=pool, **kwargs, **options)

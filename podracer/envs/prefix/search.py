@@ -32,8 +32,6 @@ from podracer.envs.prefix.builders import BUILDERS, sklansky
 from podracer.envs.prefix.front import Design, front_designs
 from podracer.envs.prefix.reward_pool import RewardPool, graph_key
 
-METHODS = ("anneal", "random", "local")
-
 
 class SearchResult(NamedTuple):
     designs: list[Design]  # every distinct design evaluated, in order
@@ -146,6 +144,7 @@ def pareto_local_search(pool: RewardPool, bits: int, budget: int, seed: int = 0,
 
 
 _SEARCHES = {"anneal": anneal, "random": random_search, "local": pareto_local_search}
+METHODS = tuple(_SEARCHES)
 
 
 def search(method: str, pool: RewardPool, bits: int, budget: int, seed: int = 0, **kwargs) -> SearchResult:
