@@ -10,6 +10,7 @@ from jax.sharding import PartitionSpec as P
 
 from podracer import parallel
 from podracer.agents import PPOConfig, make_ppo
+from podracer.agents.ppo import normalize_per_minibatch
 from podracer.types import DiscreteSpec, ObsSpec
 from tests.helpers import leading_axis, random_trajectory, tree_allclose
 
@@ -73,3 +74,18 @@ def test_ppo_update_on_4_devices_equals_1_device(normalize):
     # The update moved the parameters (the equality is not vacuous).
     moved = jax.tree.map(lambda a, b: float(np.abs(a - b).max()), expected, before)
     assert max(jax.tree.leaves(moved)) > 1e-4
+
+
+def test_minibatch_advantages_are_standardised_with_global_statistics():
+    """PPO's per-minibatch advantage normalisation on 4 devices, each holding a quarter of
+    every minibatch (`[M, n / 4]`), uses the statistics of the whole global minibatch: it
+    equals the 1-device normalisation of the gathered `[M, n]`, one collective for all M."""
+    x = np.random.default_rng(0).normal(size=(3, 16)).astype(np.float32) * np.array([[1.0], [10.0], [100.0]],
+                                                                                      np.float32)
+    expected = jax.jit(lambda v: normalize_per_minibatch(v, None))(x)
+    mesh = parallel.make_mesh(jax.devices()[:4], AXIS)
+    sharded = jax.shard_map(lambda v: normalize_per_minibatch(v, AXIS), mesh=mesh, in_specs=P(None, AXIS),
+                            out_specs=P(None, AXIS))
+    np.testing.assert_allclose(jax.jit(sharded)(x), expected, rtol=1e-5, atol=1e-6)
+    text = jax.jit(sharded).lower(x).as_text()
+    assert text.count("all_reduce") == 1, text

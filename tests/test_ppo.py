@@ -5,10 +5,12 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from anakin import AnakinConfig, train
 from podracer.agents import PPOConfig, common
+from podracer.agents.ppo import normalize_per_minibatch
 from podracer.config import Config, ConfigError, EnvConfig
 from podracer.types import BatchShape, DiscreteSpec, ObsSpec
 
@@ -141,3 +143,42 @@ def test_minibatches_are_uniformly_random_permutations():
     assert minibatches["x"].shape == (3, 4, 3) and minibatches["y"].shape == (3, 4)
     np.testing.assert_array_equal(np.asarray(minibatches["x"])[..., 0], np.asarray(minibatches["y"]))
     np.testing.assert_array_equal(np.sort(np.asarray(minibatches["y"]).ravel()), np.arange(12))
+
+
+@pytest.mark.parametrize("shape", [(3, 40), (2, 5, 6)])
+def test_advantages_are_standardised_per_minibatch(shape):
+    """`normalize_per_minibatch` standardises each minibatch of an epoch's stack `[M, ...]`
+    (flat transitions `[M, n]` or whole sequences `[M, T, b]`) with that minibatch's own
+    mean and standard deviation, as a loss normalising its minibatch would: minibatches of
+    very different scales come out alike, each with mean 0 and standard deviation 1."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=shape) * np.arange(1, shape[0] + 1).reshape((-1,) + (1,) * (len(shape) - 1)) ** 3
+    x = (x + 10.0 * np.arange(shape[0]).reshape((-1,) + (1,) * (len(shape) - 1))).astype(np.float32)
+    got = np.asarray(jax.jit(lambda v: normalize_per_minibatch(v, None))(x))
+    for m in range(shape[0]):
+        np.testing.assert_allclose(got[m], (x[m] - x[m].mean()) / (x[m].std() + 1e-8), rtol=1e-4, atol=1e-5)
+        assert abs(got[m].mean()) < 1e-5 and abs(got[m].std() - 1.0) < 1e-4
+
+
+def test_ppo_losses_see_each_minibatch_standardised():
+    """Through `make_sgd_epochs` with PPO's `prepare_epoch`: every gradient step's loss sees
+    its minibatch's advantages with mean 0 and standard deviation 1 (not the whole batch's
+    statistics, not unnormalised), on every epoch's reshuffled minibatches."""
+    advantages = np.concatenate([np.full(6, 100.0), np.linspace(-1.0, 1.0, 6)]).astype(np.float32)
+
+    def grad_fn(params, minibatch):
+        advantage = minibatch[4]
+        metrics = {"abs_mean": jnp.abs(jnp.mean(advantage)), "std_error": jnp.abs(jnp.std(advantage) - 1.0)}
+        return (jnp.zeros(()), metrics), jax.tree.map(jnp.zeros_like, params)
+
+    def prepare(minibatches):
+        *rest, advantage, target = minibatches
+        return (*rest, normalize_per_minibatch(advantage, None), target)
+
+    run = common.make_sgd_epochs(grad_fn, optax.sgd(0.1), common.shuffled_minibatches, num_epochs=3,
+                                 num_minibatches=2, prepare_epoch=prepare)
+    batch = tuple(np.zeros(12, np.float32) for _ in range(4)) + (advantages, np.zeros(12, np.float32))
+    _, _, metrics = jax.jit(run)({"w": jnp.ones(2)}, optax.sgd(0.1).init({"w": jnp.ones(2)}), batch,
+                                 jax.random.key(0))
+    # Averages over the 6 steps of non-negative per-step errors: each step's is ~0.
+    assert float(metrics["abs_mean"]) < 1e-5 and float(metrics["std_error"]) < 1e-3, metrics

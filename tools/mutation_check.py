@@ -253,6 +253,16 @@ MUTATIONS: tuple[Mutation, ...] = (
       (("podracer/envs/prefix/search.py", "        front = front_designs(list(costs.designs.values()))\n",
         "        front = front_designs(list(costs.designs.values())[:4])\n"),),
       ("tests/test_prefix_search.py::test_pareto_local_search_edits_the_front_it_has_found",)),
+    M("advantages-normalised-over-the-batch",
+      "PPO standardises advantages with the statistics of the epoch, not each minibatch's",
+      (("podracer/agents/ppo.py", "    axes = tuple(range(1, x.ndim))\n",
+        "    axes = tuple(range(1, x.ndim))\n    return (x - jnp.mean(x)) / (jnp.std(x) + 1e-8)\n"),),
+      ("tests/test_ppo.py::test_ppo_losses_see_each_minibatch_standardised",
+       "tests/test_parallel.py::test_minibatch_advantages_are_standardised_with_global_statistics")),
+    M("reset-with-the-step-key", "an auto-reset draws its initial state from the key the step used",
+      (("podracer/envs/base.py", "self.reset_env(jax.random.split(key)[1], params)",
+        "self.reset_env(jax.random.split(key)[0], params)"),),
+      ("tests/test_envs.py::test_gymnax_adapter_gives_gymnax_observations_and_rewards[CartPole-v1]",)),
 )
 
 

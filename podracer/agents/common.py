@@ -8,6 +8,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
+from jax.flatten_util import ravel_pytree
 
 from podracer import networks
 from podracer.agents.policies import Categorical, Policy
@@ -255,25 +256,31 @@ def make_sgd_epochs(
     num_epochs: int,
     num_minibatches: int,
     unroll: bool = False,
+    prepare_epoch: Callable[[Any], Any] | None = None,
 ) -> Callable[[Params, Any, Any, PRNGKey], tuple[Params, Any, dict]]:
     """`(params, opt_state, batch, key) -> (params, opt_state, metrics)`: `num_epochs`
     passes over `batch`, each split by `minibatches` into `num_minibatches` with one
     optimizer step apiece. `grad_fn` returns `((loss, metrics), grads)`; the metrics come
     back averaged over all steps. `unroll` unrolls both loops: XLA:CPU runs convolution
     gradients inside a loop body many times slower than outside one (Atari on CPU), at
-    the price of a longer compile."""
+    the price of a longer compile. `prepare_epoch`, if given, maps an epoch's stacked
+    minibatches `[num_minibatches, ...]` before its steps: statistics of every minibatch
+    at once (PPO's advantage normalisation, one collective per epoch, not one per step)."""
 
     def sgd_step(carry, minibatch):
         params, opt_state = carry
         (_, metrics), grads = grad_fn(params, minibatch)
         updates, opt_state = optimizer.update(grads, opt_state, params)
-        metrics["grad_norm"] = optax.tree.norm(grads)
+        metrics["grad_norm"] = global_norm(grads)
         return (optax.apply_updates(params, updates), opt_state), metrics
 
     def epoch(carry, key):
         params, opt_state, batch = carry
+        epoch_minibatches = minibatches(key, batch, num_minibatches)
+        if prepare_epoch is not None:
+            epoch_minibatches = prepare_epoch(epoch_minibatches)
         (params, opt_state), metrics = jax.lax.scan(
-            sgd_step, (params, opt_state), minibatches(key, batch, num_minibatches), unroll=unroll
+            sgd_step, (params, opt_state), epoch_minibatches, unroll=unroll
         )
         return (params, opt_state, batch), metrics
 
@@ -284,6 +291,13 @@ def make_sgd_epochs(
         return params, opt_state, jax.tree.map(jnp.mean, metrics)
 
     return run
+
+
+def global_norm(grads: Any) -> Array:
+    """The L2 norm of all of `grads`, over one flat vector: the same value as
+    `optax.tree.norm`, as one reduction instead of one per parameter array (and the same
+    computation as a flattened optimizer's clipping, which XLA then computes once)."""
+    return optax.tree.norm(ravel_pytree(grads)[0])
 
 
 def successor_values(apply_value: Callable[[Array], Array], traj: Trajectory, value: Array) -> Array:

@@ -227,7 +227,7 @@ def make_learn_on_batch(
         target = jax.tree.map(lambda new, old: jnp.where(due, new, old),
                               optax.incremental_update(online, learner.target, config.target_update_tau),
                               learner.target)
-        metrics["grad_norm"] = optax.tree.norm(grads)
+        metrics["grad_norm"] = common.global_norm(grads)
         return online, learner._replace(optimizer=opt_state, target=target, gradient_steps=steps), metrics, td
 
     return learn_on_batch

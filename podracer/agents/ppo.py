@@ -176,8 +176,6 @@ def make_ppo(
         inputs, action, behaviour_log_prob, old_value, advantage, target = minibatch
         out, value, reconstruction = model.train_forward(params, inputs)
         log_ratio = policy.log_prob(out, action) - behaviour_log_prob
-        if config.normalize_advantages:
-            advantage = _normalize(advantage, axis_name)
         pg_loss = clipped_surrogate_loss(log_ratio, advantage, config.clip_eps)
         value_loss = clipped_value_loss(value, old_value, target, config.clip_eps if config.clip_value else None)
         entropy = policy.entropy(out)
@@ -198,9 +196,14 @@ def make_ppo(
 
     grad_fn = parallel.value_and_mean_grad(loss_fn, axis_name, has_aux=True)
 
+    def normalize_advantages(minibatches):
+        inputs, action, behaviour_log_prob, old_value, advantage, target = minibatches
+        advantage = normalize_per_minibatch(advantage, axis_name)
+        return inputs, action, behaviour_log_prob, old_value, advantage, target
+
     sgd_epochs = common.make_sgd_epochs(
         grad_fn, optimizer, model.minibatches, config.num_epochs, config.num_minibatches,
-        unroll=config.unroll_sgd,
+        unroll=config.unroll_sgd, prepare_epoch=normalize_advantages if config.normalize_advantages else None,
     )
 
     def update(state: AgentState, traj: Trajectory, key: PRNGKey):
@@ -315,11 +318,15 @@ def vtrace_advantages_and_targets(model: ActorCriticModel, policy: Policy, confi
     return traj, vtrace.pg_advantage, vtrace.errors + value
 
 
-def _normalize(x: jax.Array, axis_name: parallel.AxisName) -> jax.Array:
-    """Standardize with statistics of the global minibatch (all devices)."""
-    moments = parallel.pmean(jnp.stack([jnp.mean(x), jnp.mean(jnp.square(x))]), axis_name)
-    mean, var = moments[0], jnp.maximum(moments[1] - jnp.square(moments[0]), 0.0)
-    return (x - mean) / (jnp.sqrt(var) + 1e-8)
+def normalize_per_minibatch(x: jax.Array, axis_name: parallel.AxisName) -> jax.Array:
+    """Standardise each minibatch `x[m]` of `x [M, ...]` with the mean and standard
+    deviation of global minibatch `m` (its part on every device, all the same size): every
+    minibatch of an epoch in one collective of `[M, 2]` moments, instead of one per step."""
+    axes = tuple(range(1, x.ndim))
+    moments = parallel.pmean(jnp.stack([jnp.mean(x, axes), jnp.mean(jnp.square(x), axes)], axis=-1), axis_name)
+    mean, var = moments[:, 0], jnp.maximum(moments[:, 1] - jnp.square(moments[:, 0]), 0.0)
+    shape = (-1,) + (1,) * len(axes)
+    return (x - mean.reshape(shape)) / (jnp.sqrt(var).reshape(shape) + 1e-8)
 
 
 def _probe_config() -> PPOConfig:

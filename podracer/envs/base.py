@@ -82,16 +82,16 @@ class JaxEnv:
         """Step, then reset if the episode ended. Not batched: `vmap` it, or use
         `step_batch`, which resets only when some episode of the batch ended."""
         params = self.default_params if params is None else params
-        reset_key, state, timestep = self.step_without_reset(key, state, action, params)
-        return self.reset_where_done(reset_key, state, timestep, params)
+        state, timestep = self.step_without_reset(key, state, action, params)
+        return self.reset_where_done(key, state, timestep, params)
 
     def step_without_reset(
         self, key: PRNGKey, state: EnvState, action: Array, params: Any
-    ) -> tuple[PRNGKey, EnvState, TimeStep]:
+    ) -> tuple[EnvState, TimeStep]:
         """The first half of `step`: the transition and its bookkeeping (time limit, return;
         the time and return already restarted if the episode ended), its observation kept
-        as `obs`; and the key that `reset_where_done` starts the next episode with."""
-        step_key, reset_key = jax.random.split(key)
+        as `obs`. `step_env` gets the first half of `split(key)`, a reset the second."""
+        step_key = jax.random.split(key)[0]
         action = clip_action(action, self.action_spec(params))
         inner, obs, reward, terminated = self.step_env(step_key, state.inner, action, params)
         reward = jnp.asarray(reward, jnp.float32)
@@ -114,15 +114,17 @@ class JaxEnv:
             episode_return=episode_return,
             episode_length=time,
         )
-        return reset_key, next_state, timestep
+        return next_state, timestep
 
     def reset_where_done(
-        self, reset_key: PRNGKey, state: EnvState, timestep: TimeStep, params: Any
+        self, key: PRNGKey, state: EnvState, timestep: TimeStep, params: Any
     ) -> tuple[EnvState, TimeStep]:
-        """The second half of `step`: if the episode ended, a new one's inner state and first
-        observation replace the final ones (which `timestep.final_obs` keeps)."""
+        """The second half of `step` (`key` is the step's): if the episode ended, a new one's
+        inner state and first observation replace the final ones (which `timestep.final_obs`
+        keeps). The key is split here, not in `step_without_reset`, so that a batch that
+        resets nothing (`step_batch`) splits no key for a deterministic environment."""
         done = timestep.terminated | timestep.truncated
-        reset_inner, reset_obs = self.reset_env(reset_key, params)
+        reset_inner, reset_obs = self.reset_env(jax.random.split(key)[1], params)
         inner = jax.tree.map(lambda r, s: jnp.where(done, r, s), reset_inner, state.inner)
         # obs may be a pytree (MaskedObs)
         obs = jax.tree.map(lambda r, o: jnp.where(done, r, o), reset_obs, timestep.obs)
@@ -151,12 +153,12 @@ def step_batch(
     if type(env).step is not JaxEnv.step or jax.default_backend() != "cpu":
         return batched(env.step)(keys, state, action, params)
     reset_where_done = batched(env.reset_where_done)
-    reset_keys, state, timestep = batched(env.step_without_reset)(keys, state, action, params)
+    state, timestep = batched(env.step_without_reset)(keys, state, action, params)
 
     # A loop that runs its body at most once: `lax.cond` fails under vmap in shard_map.
     def reset(carry):
         ended, state, timestep = carry
-        return (jnp.zeros_like(ended), *reset_where_done(reset_keys, state, timestep, params))
+        return (jnp.zeros_like(ended), *reset_where_done(keys, state, timestep, params))
 
     ended = jnp.any(timestep.terminated | timestep.truncated)
     _, state, timestep = jax.lax.while_loop(lambda carry: carry[0], reset, (ended, state, timestep))

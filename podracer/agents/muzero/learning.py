@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import optax
 
 from podracer import ops, parallel
-from podracer.agents.common import check_step_metrics
+from podracer.agents.common import check_step_metrics, global_norm
 from podracer.agents.muzero.config import MuZeroConfig
 from podracer.agents.muzero.losses import muzero_loss, unroll_model, unroll_targets
 from podracer.agents.muzero.networks import MuZeroNetwork
@@ -170,7 +170,7 @@ def make_learn_on_batch(
         (_, metrics), grads = grad_fn(params, sample)
         updates, opt_state = optimizer.update(grads, opt_state, params)
         updates = jax.tree.map(lambda u: u * jnp.asarray(lr_scale, u.dtype), updates)
-        metrics["grad_norm"] = optax.tree.norm(grads)
+        metrics["grad_norm"] = global_norm(grads)
         return optax.apply_updates(params, updates), opt_state, metrics
 
     return learn_on_batch
