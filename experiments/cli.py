@@ -21,6 +21,7 @@ import traceback
 import warnings
 
 from experiments.cli_commands import (
+    check_bench_options,
     cmd_bench,
     cmd_bench_prefix,
     cmd_bench_table,
@@ -70,6 +71,8 @@ def main(argv: list[str] | None = None) -> None:
     warnings.filterwarnings("ignore", message=".*precision lowered by casting to float32", category=UserWarning)
     if args.command not in ("train", "bench", "launch-local") and rest:
         fail(f"unexpected arguments: {' '.join(rest)}")
+    if args.command == "bench":
+        check_bench_options(args, parser)
     code = 0
     try:
         if args.command == "list":

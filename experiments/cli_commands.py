@@ -79,6 +79,37 @@ def cmd_plot(args: argparse.Namespace) -> None:
     print(f"wrote {args.out}")
 
 
+# Which `podracer bench` subcommands read each of its options (`--cpu-devices`: all).
+BENCH_OPTIONS = {
+    "json": ("anakin", "sebulba", "prefix"),
+    "preset": ("anakin", "sebulba", "prefix"),
+    "seconds": ("sebulba",),
+    "compare_reference": ("anakin",),
+    "presets": ("table",),
+    "seeds": ("table",),
+    "out": ("table", "prefix"),
+    "milestones": ("table",),
+    "episodes": ("table",),
+    "policy": ("table",),
+    "bits": ("prefix",),
+    "budget": ("prefix",),
+    "run_dir": ("prefix",),
+    "baseline_seeds": ("prefix",),
+    "workers": ("prefix",),
+}
+
+
+def check_bench_options(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """A one-line error for an option given to a `bench` subcommand that does not read it
+    (it would be ignored without a word: `bench table --run-dir`, `bench anakin --seeds`)."""
+    defaults = parser.parse_known_args(["bench", args.arch])[0]
+    for name, commands in BENCH_OPTIONS.items():
+        if args.arch not in commands and getattr(args, name) != getattr(defaults, name):
+            option = "--" + name.replace("_", "-")
+            names = ", ".join(commands[:-1]) + " and " * (len(commands) > 1) + commands[-1]
+            fail(f"{option} applies to bench {names}, not bench {args.arch}")
+
+
 def cmd_bench_table(args: argparse.Namespace, overrides: list[str]) -> int:
     from experiments.benchmarks.table import DEFAULT_MILESTONES, run_table
     from experiments.signals import stop_on_signals
@@ -126,8 +157,6 @@ def cmd_bench_prefix(args: argparse.Namespace, overrides: list[str]) -> None:
 
 def cmd_bench(arch: str, preset: str | None, overrides: list[str], as_json: bool, seconds: float,
               compare_reference: bool = False) -> None:
-    if compare_reference and arch != "anakin":
-        fail("--compare-reference applies to bench anakin")
     if arch == "sebulba" and not (math.isfinite(seconds) and seconds > 0):
         fail(f"--seconds must be a positive number of seconds, got {seconds}")
     config = resolve_config(preset or f"ppo-cartpole-{arch}", overrides)

@@ -137,8 +137,11 @@ def specs(config: Config, env: JaxEnv | None) -> tuple[ObservationSpec, ActionSp
 
 def _check_video(env: JaxEnv | None, config: Config, path: str) -> None:
     if env is None:
-        if len(network_obs_spec(specs(config, None)[0]).shape) != 3:
-            raise ConfigError(f"--video: host environment {config.env.id!r} has no image observations to draw")
+        spec = network_obs_spec(specs(config, None)[0])
+        # Pixels only: a 3-D grid of 0/1 planes (MinAtar) is no picture (drawn, it is black).
+        if len(spec.shape) != 3 or np.dtype(spec.dtype) != np.uint8:
+            raise ConfigError(f"--video: host environment {config.env.id!r} has no image observations to draw "
+                              f"(uint8 pixels [H, W, C]; it observes {np.dtype(spec.dtype).name} {tuple(spec.shape)})")
     elif not can_render(env):
         raise ConfigError(f"--video: environment {config.env.id!r} cannot render (it has no render(state) method)")
     suffix = os.path.splitext(path)[1].lower()

@@ -20,11 +20,12 @@ TINY = ["--seeds", "2", "--total-env-steps", "2048", "--milestones", "0.3", "1",
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_table_end_to_end_on_a_tiny_budget(tmp_path, capsys):
+def test_table_end_to_end_on_a_tiny_budget(tmp_path, capsys, monkeypatch):
     """PQN on Catch, 2 seeds in one program, evaluated (greedy) at 30% and 100% of a
     2048-step budget: the run stops after the host call that reaches the milestone (512
     env steps per call: 1024), resumes, and ends at 2048; a second invocation finds
-    everything done and trains nothing; another config in the same directory is refused."""
+    everything done and trains nothing, also after the directory moved; another config,
+    or other milestones, episodes or evaluation policy, in the same directory are refused."""
     out = tmp_path / "bench"
     name = "pqn-catch-anakin"
     code, output = run_main(capsys, "bench", "table", "--presets", name, "--out", str(out), *TINY)
@@ -47,7 +48,24 @@ def test_table_end_to_end_on_a_tiny_budget(tmp_path, capsys):
     assert output.out.strip().splitlines() == [f"wrote {out / 'results.md'}"]
 
     code, output = run_main(capsys, "bench", "table", "--presets", name, "--out", str(out), *TINY[2:], "--seeds", "3")
-    assert code == 2 and "another config" in output.err and len(output.err.strip().splitlines()) == 1
+    assert code == 2 and "another config (arch.num_seeds)" in output.err and len(output.err.strip().splitlines()) == 1
+
+    # Moved, and named relatively: the same benchmark, continued (nothing trained again).
+    (tmp_path / "moved").mkdir()
+    out.rename(tmp_path / "moved" / "bench")
+    monkeypatch.chdir(tmp_path / "moved")
+    code, output = run_main(capsys, "bench", "table", "--presets", name, "--out", "bench", *TINY)
+    assert code == 0, output.err
+    assert (tmp_path / "moved" / "bench" / "runs" / name / "metrics.jsonl").read_text() == before
+
+    # Other evaluation settings would mix into the table or evaluate a milestone already passed.
+    for option, value in (("--episodes", "8"), ("--policy", "sample")):
+        code, output = run_main(capsys, "bench", "table", "--presets", name, "--out", "bench", *TINY, option, value)
+        assert code == 2 and f"was evaluated with {option}" in output.err, output.err
+    argv = [*TINY[:5], "0.2", "1", *TINY[7:]]  # --milestones 0.2 1
+    code, output = run_main(capsys, "bench", "table", "--presets", name, "--out", "bench", *argv)
+    assert code == 2 and "was evaluated at milestones of 614, 2,048 env steps, not 410, 2,048" in output.err, \
+        output.err
 
 
 def test_auto_policy_samples_actor_critics_and_is_greedy_for_q_learning():
@@ -64,6 +82,12 @@ def test_auto_policy_samples_actor_critics_and_is_greedy_for_q_learning():
     (["--presets", "ppo-catch-anakin", "--out", "x", "--seeds", "0"], "--seeds must be >= 1"),
     (["--presets", "ppo-catch-anakin"], "bench table needs --presets"),
     (["--presets", "ppo-catch-anakin", "--out", "x", "--agent.learning-rat", "1"], "unknown field"),
+    (["--presets", "ppo-catch-anakin", "--out", "x", "--arch.num-seeds", "3"], "--arch.num-seeds: bench table sets it"),
+    (["--presets", "ppo-catch-anakin", "--out", "x", "--run-dir", "y"], "--run-dir applies to bench prefix, not"),
+    (["--presets", "ppo-catch-anakin", "--out", "x", "--json"], "--json applies to bench anakin, sebulba and prefix"),
+    (["--presets", "ppo-catch-anakin", "--out", "x", "--log.console", "true"], "--log.console: bench table sets it"),
+    (["--presets", "ppo-catch-anakin", "--out", "x", "--checkpoint.every-updates", "1"],
+     "--checkpoint.every-updates: bench table sets it"),
 ])
 def test_table_user_errors_exit_2_before_training(tmp_path, capsys, monkeypatch, argv, message):
     monkeypatch.chdir(tmp_path)
@@ -120,3 +144,41 @@ def test_non_finite_milestones_are_a_config_error(milestones):
     OverflowError from converting it to env steps."""
     with pytest.raises(ConfigError, match="--milestones"):
         table.milestone_steps(PRESETS["ppo-cartpole-anakin"](), milestones)
+
+
+def test_a_run_continues_only_with_the_milestones_it_was_evaluated_at(tmp_path):
+    """`bench.json` keeps the milestones (env steps) of its run: another list is refused, as
+    is, for a record of an earlier version that kept only its evaluations, a list that drops
+    one of them or adds one the run has already trained past (it would be evaluated at a
+    later checkpoint); one that adds a later milestone continues."""
+    def record(evaluated, targets=None):
+        data = {"evaluations": [{"target": t} for t in evaluated], "episodes": 4, "policy": "greedy"}
+        if targets is not None:
+            data["targets"] = targets
+        (tmp_path / "bench.json").write_text(json.dumps(data))
+
+    check = lambda targets: table._check_same_evaluation(str(tmp_path), targets, 4, "greedy")  # noqa: E731
+    record([100], [100, 400])
+    check([100, 400])
+    for other in ([100, 300], [100], [50, 100, 400]):
+        with pytest.raises(ConfigError, match="evaluated at milestones of 100, 400 env steps"):
+            check(other)
+    record([100, 200])  # an earlier version's record
+    check([100, 200, 400])
+    for other in ([100, 400], [50, 100, 200], [100, 150, 200]):
+        with pytest.raises(ConfigError, match="evaluated at milestones of 100, 200 env steps"):
+            check(other)
+    with pytest.raises(ConfigError, match="--episodes 4, not 8"):
+        table._check_same_evaluation(str(tmp_path), [100, 200], 8, "greedy")
+    (tmp_path / "bench.json").unlink()
+    check([1, 2, 3])  # nothing evaluated yet: any milestones
+
+
+def test_the_table_refuses_overrides_of_the_settings_it_decides(tmp_path):
+    """From Python too (`run_table(overrides=...)`): `run_dir`, `arch.num_seeds`,
+    `log.console` and `checkpoint.every_updates` are the benchmark's, named in one line."""
+    for override in (["--run-dir", "y"], ["--arch.num-seeds", "2"], ["--log.console=false"],
+                     ["--checkpoint.every-updates", "0"]):
+        with pytest.raises(ConfigError, match=f"{override[0].split('=')[0]}: bench table sets it"):
+            table.run_table(["ppo-catch-anakin"], 2, str(tmp_path / "x"), override)
+    assert not (tmp_path / "x").exists()

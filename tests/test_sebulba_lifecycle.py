@@ -116,6 +116,22 @@ def test_atari_video_draws_the_newest_grayscale_frame(frame_stack):
     assert (frames[..., 0] == frames[..., 1]).all() and (frames[..., 1] == frames[..., 2]).all()
 
 
+@pytest.mark.parametrize("env_id,drawable", [("Breakout-v5", True), ("Breakout-MinAtar", False),
+                                              ("CartPole-v1", False)])
+def test_video_of_a_host_run_needs_pixel_observations(env_id, drawable):
+    """`evaluate --video` of a Sebulba run draws uint8 pixel observations (Atari); a MinAtar
+    game's 0/1 planes, also `[H, W, C]`, would make a black picture: refused with one line
+    naming what it observes, as the Anakin path refuses an environment that cannot render."""
+    from experiments.evaluate import _check_video
+
+    config = dataclasses.replace(TINY, env=EnvConfig(env_id))
+    if drawable:
+        _check_video(None, config, "episode.gif")
+        return
+    with pytest.raises(ConfigError, match=f"{env_id}.*no image observations.*float32"):
+        _check_video(None, config, "episode.gif")
+
+
 def test_every_checkpoint_covers_only_logged_updates(tmp_path):
     """A checkpoint between two log points (every 4 updates, rows every 3) first logs the
     updates since the last row: a resume from it (after a crash) starts logging after them,

@@ -25,6 +25,13 @@ from podracer.config import Config, ConfigError
 
 DEFAULT_MILESTONES = (0.13, 0.51, 0.99)  # 1.3M, 5.1M and 9.9M of a 10M budget (gymnax-blines' points)
 POLICIES = ("auto", "greedy", "sample")
+# The settings `bench_config` decides: an override of one would be replaced without a word.
+OWNED_FIELDS = {
+    "run_dir": "each preset runs in OUT/runs/PRESET; choose --out",
+    "arch.num_seeds": "use --seeds",
+    "log.console": "it prints its own progress",
+    "checkpoint.every_updates": "it checkpoints at its milestones",
+}
 
 
 def algorithm_name(config: Config) -> str:
@@ -110,15 +117,67 @@ def resolve_preset(name: str, overrides: Sequence[str]) -> Config:
     return apply_overrides(PRESETS[name](), list(overrides))
 
 
+def check_overrides(overrides: Sequence[str]) -> None:
+    """A one-line error for an override of a setting the benchmark decides (`OWNED_FIELDS`)."""
+    from experiments.overrides import split_overrides
+
+    for path, _ in split_overrides(list(overrides)):
+        if path in OWNED_FIELDS:
+            raise ConfigError(f"--{path.replace('_', '-')}: bench table sets it ({OWNED_FIELDS[path]})")
+
+
 def _check_same_config(config: Config) -> None:
-    """A run directory left by an earlier benchmark continues only with the same config."""
+    """A run directory left by an earlier benchmark continues only with the same config;
+    where the directory is (`run_dir`: `--out` written another way, or moved) may differ."""
     from experiments.train import load_run_config
     from podracer.config import to_dict
 
-    if os.path.exists(os.path.join(config.run_dir, "config.json")):
-        if to_dict(load_run_config(config.run_dir)) != to_dict(config):
-            raise ConfigError(f"{config.run_dir} holds a run with another config (seeds, budget or overrides); "
-                              "choose another --out")
+    if not os.path.exists(os.path.join(config.run_dir, "config.json")):
+        return
+    before, now = (_flat({**to_dict(c), "run_dir": None}) for c in (load_run_config(config.run_dir), config))
+    differ = sorted(k for k in before.keys() | now.keys() if before.get(k) != now.get(k))
+    if differ:
+        shown = ", ".join(differ[:3]) + (", ..." if len(differ) > 3 else "")
+        raise ConfigError(f"{config.run_dir} holds a run with another config ({shown}); rerun it as it was "
+                          "made or choose another --out")
+
+
+def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """A config dict's leaves by dotted path (`arch.num_seeds`)."""
+    if not isinstance(tree, dict) or not tree:
+        return {prefix.rstrip("."): tree}
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        flat.update(_flat(value, f"{prefix}{key}."))
+    return flat
+
+
+def _check_same_evaluation(run_dir: str, targets: list[int], episodes: int, policy: str) -> None:
+    """A run already evaluated continues only with the same milestones, episodes and policy:
+    a milestone it has passed cannot be evaluated any more (the run has trained past it), and
+    the table would mix evaluations of different settings."""
+    record = _load(os.path.join(run_dir, "bench.json"))
+    evaluated = sorted(e["target"] for e in record["evaluations"])
+    if not evaluated:
+        return
+    recorded = record.get("targets")
+    if recorded is None:  # a record of an earlier version: only its evaluations tell its milestones
+        recorded = evaluated
+        same = set(evaluated) <= set(targets) and all(t in evaluated or t > evaluated[-1] for t in targets)
+    else:
+        same = recorded == targets
+    if not same:
+        raise ConfigError(f"{run_dir} was evaluated at milestones of {_env_steps(recorded)} env steps, not "
+                          f"{_env_steps(targets)}; rerun it with the same --milestones or choose another --out")
+    for option, before, now in (("--episodes", record.get("episodes"), episodes),
+                                ("--policy", record.get("policy"), policy)):
+        if before is not None and before != now:
+            raise ConfigError(f"{run_dir} was evaluated with {option} {before}, not {now}; rerun it with the same "
+                              f"{option} or choose another --out")
+
+
+def _env_steps(targets: Sequence[int]) -> str:
+    return ", ".join(f"{t:,}" for t in targets)
 
 
 def _load(path: str) -> dict[str, Any]:
@@ -147,7 +206,7 @@ def run_preset(name: str, config: Config, targets: list[int], episodes: int, pol
     record_path = os.path.join(run_dir, "bench.json")
     record = _load(record_path)
     record.update(preset=name, env=config.env.id, algorithm=algorithm_name(config), seeds=config.arch.num_seeds,
-                  episodes=episodes, policy=policy)
+                  episodes=episodes, policy=policy, targets=targets)
     done = {e["target"] for e in record["evaluations"]}
     call_steps = config.arch.updates_per_call * config.arch.num_envs * config.arch.rollout_length
     for target in targets:
@@ -218,13 +277,16 @@ def run_table(presets: Sequence[str], seeds: int, out: str, overrides: Sequence[
         raise ConfigError(f"--policy must be one of {', '.join(POLICIES)}, got {policy!r}")
     if episodes < 1:
         raise ConfigError(f"--episodes must be >= 1, got {episodes}")
+    check_overrides(overrides)
     # Validate everything before the first compile.
     plans = []
     for name in presets:
         config = bench_config(resolve_preset(name, overrides), seeds, os.path.join(out, "runs", name))
         runner.setup(config)
         _check_same_config(config)
-        plans.append((name, config, milestone_steps(config, milestones)))
+        targets = milestone_steps(config, milestones)
+        _check_same_evaluation(config.run_dir, targets, episodes, evaluation_policy(policy, config))
+        plans.append((name, config, targets))
     records = []
     for name, config, targets in plans:
         record = run_preset(name, config, targets, episodes, evaluation_policy(policy, config), user_stop, log)
