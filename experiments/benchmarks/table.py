@@ -129,27 +129,18 @@ def check_overrides(overrides: Sequence[str]) -> None:
 def _check_same_config(config: Config) -> None:
     """A run directory left by an earlier benchmark continues only with the same config;
     where the directory is (`run_dir`: `--out` written another way, or moved) may differ."""
+    from experiments.startup import first_difference
     from experiments.train import load_run_config
     from podracer.config import to_dict
 
     if not os.path.exists(os.path.join(config.run_dir, "config.json")):
         return
-    before, now = (_flat({**to_dict(c), "run_dir": None}) for c in (load_run_config(config.run_dir), config))
-    differ = sorted(k for k in before.keys() | now.keys() if before.get(k) != now.get(k))
-    if differ:
-        shown = ", ".join(differ[:3]) + (", ..." if len(differ) > 3 else "")
-        raise ConfigError(f"{config.run_dir} holds a run with another config ({shown}); rerun it as it was "
-                          "made or choose another --out")
-
-
-def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
-    """A config dict's leaves by dotted path (`arch.num_seeds`)."""
-    if not isinstance(tree, dict) or not tree:
-        return {prefix.rstrip("."): tree}
-    flat: dict[str, Any] = {}
-    for key, value in tree.items():
-        flat.update(_flat(value, f"{prefix}{key}."))
-    return flat
+    before, now = ({**to_dict(c), "run_dir": None} for c in (load_run_config(config.run_dir), config))
+    difference = first_difference(before, now)
+    if difference is not None:
+        path, was, is_now = difference
+        raise ConfigError(f"{config.run_dir} holds a run with another config ({path}): {was} there, {is_now} here; "
+                          "rerun it as it was made or choose another --out")
 
 
 def _check_same_evaluation(run_dir: str, targets: list[int], episodes: int, policy: str) -> None:
@@ -284,12 +275,12 @@ def run_table(presets: Sequence[str], seeds: int, out: str, overrides: Sequence[
         config = bench_config(resolve_preset(name, overrides), seeds, os.path.join(out, "runs", name))
         runner.setup(config)
         _check_same_config(config)
-        targets = milestone_steps(config, milestones)
-        _check_same_evaluation(config.run_dir, targets, episodes, evaluation_policy(policy, config))
-        plans.append((name, config, targets))
+        targets, preset_policy = milestone_steps(config, milestones), evaluation_policy(policy, config)
+        _check_same_evaluation(config.run_dir, targets, episodes, preset_policy)
+        plans.append((name, config, targets, preset_policy))
     records = []
-    for name, config, targets in plans:
-        record = run_preset(name, config, targets, episodes, evaluation_policy(policy, config), user_stop, log)
+    for name, config, targets, preset_policy in plans:
+        record = run_preset(name, config, targets, episodes, preset_policy, user_stop, log)
         if record is None:
             return None
         records.append(record)
