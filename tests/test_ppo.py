@@ -85,13 +85,14 @@ def reference_gae(value, next_value, reward, terminated, truncated, gamma, lambd
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("lag", [0, 1])
-def test_gae_uses_one_value_function_under_policy_lag(lag):
+@pytest.mark.parametrize("lag, act_values", [(0, True), (1, True), (0, False), (1, False)])
+def test_gae_uses_one_value_function_under_policy_lag(lag, act_values):
     """Actions and values from the actor's parameters, one version behind the learner's
     (lag 1) or the learner's own (lag 0), a termination, a truncation and an episode that
     runs past the rollout's end: the advantages and value targets are GAE over the learner's
     value function alone, V(obs) and V(next_obs) (the final observation where truncated).
-    Without lag the actor's values are reused (no forward pass over the observations)."""
+    Without lag the actor's values are reused (no forward pass over the observations); an
+    actor that computes no values (`act_values` False) leaves them all to the learner."""
     from podracer.agents.ppo import gae_advantages_and_targets
     from podracer.types import Trajectory
 
@@ -106,7 +107,7 @@ def test_gae_uses_one_value_function_under_policy_lag(lag):
     terminated, truncated = np.zeros((T, B), bool), np.zeros((T, B), bool)
     terminated[1, 0] = truncated[3, 1] = True  # env 1's time limit: next_obs[3] is its final observation
     next_obs[1, 0], next_obs[3, 1] = rng.standard_normal(2), rng.standard_normal(2)
-    act = jax.jit(common.make_sampling_act(net))
+    act = jax.jit(common.make_sampling_act(net, value=act_values))
     steps = [act(actor, obs[t], jax.random.key(t)) for t in range(T)]  # as an actor acts, [B] at a time
     traj = Trajectory(obs, np.stack([a for a, _ in steps]), rng.standard_normal((T, B)).astype(np.float32),
                       terminated, truncated, next_obs, jax.tree.map(lambda *xs: jnp.stack(xs), *[e for _, e in steps]))
@@ -120,7 +121,8 @@ def test_gae_uses_one_value_function_under_policy_lag(lag):
     np.testing.assert_allclose(advantage, expected[0], rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(target, expected[1], rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(got_traj.extras["value"], value, rtol=1e-5, atol=1e-6)  # the loss clips around these
-    assert bool(recomputed) == bool(lag)
+    assert ("value" in traj.extras) == act_values
+    assert bool(recomputed) == bool(lag and act_values)
 
 
 def test_minibatches_are_uniformly_random_permutations():
@@ -138,11 +140,33 @@ def test_minibatches_are_uniformly_random_permutations():
         jax.random.split(jax.random.key(3), 4000)))
     counts = np.bincount(np.argmax(perms == 0, axis=1), minlength=8)
     assert ((counts - 500.0) ** 2 / 500.0).sum() < 24.3, counts
+    # Two passes (512 rows): where element 0 lands is uniform over 8 bins of 64 positions.
+    perms = np.asarray(jax.jit(jax.vmap(lambda k: common.random_permutation(k, 512)))(
+        jax.random.split(jax.random.key(4), 4000)))
+    counts = np.bincount(np.argmax(perms == 0, axis=1) // 64, minlength=8)
+    assert ((counts - 500.0) ** 2 / 500.0).sum() < 24.3, counts
     batch = {"x": jnp.arange(12.0)[:, None] * jnp.ones((1, 3)), "y": jnp.arange(12)}
     minibatches = common.shuffled_minibatches(jax.random.key(5), batch, 3)
     assert minibatches["x"].shape == (3, 4, 3) and minibatches["y"].shape == (3, 4)
     np.testing.assert_array_equal(np.asarray(minibatches["x"])[..., 0], np.asarray(minibatches["y"]))
     np.testing.assert_array_equal(np.sort(np.asarray(minibatches["y"]).ravel()), np.arange(12))
+
+
+@pytest.mark.parametrize("size, passes", [(8, 1), (512, 2), (40000, 3)])
+def test_random_permutation_is_a_radix_sort_of_its_random_words(size, passes):
+    """`random_permutation` against NumPy's stable sorts of the same random words: pass `i`
+    orders the positions left by pass `i - 1` by the high `32 - b` bits of word `i` (ties
+    keep the earlier order), so the last word is the most significant key; `size` sets how
+    many passes make at least `2b + 9` random bits."""
+    key = jax.random.key(size)
+    bits = (size - 1).bit_length()
+    words = np.asarray(jax.random.bits(key, (passes, size))) >> bits
+    expected = np.arange(size)
+    for word in words:
+        expected = expected[np.argsort(word, kind="stable")]
+    np.testing.assert_array_equal(np.asarray(common.random_permutation(key, size)), expected)
+    with pytest.raises(ValueError, match="at most 2\\^28"):
+        common.random_permutation(key, 2**28 + 1)
 
 
 @pytest.mark.parametrize("shape", [(3, 40), (2, 5, 6)])

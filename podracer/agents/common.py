@@ -131,17 +131,18 @@ CATEGORICAL = Categorical()
 
 
 def make_sampling_act(
-    network: nn.Module, policy: Policy = CATEGORICAL
+    network: nn.Module, policy: Policy = CATEGORICAL, value: bool = True
 ) -> Callable[[Params, Observation, PRNGKey], tuple[Array, dict]]:
     """`act(params, obs [B, ...], key) -> (action [B, ...], {"log_prob", "value", ...})`,
     sampling from the policy (a categorical over the legal actions only); `log_prob` is the
     behaviour policy's, for the loss (a Gaussian adds its unclipped sample, see
-    `podracer.agents.policies`)."""
+    `podracer.agents.policies`). With `value` False the extras hold no `"value"`, and the
+    critic is not computed (XLA drops what nothing reads)."""
 
     def act(params: Params, obs: Observation, key: PRNGKey) -> tuple[Array, dict[str, Array]]:
-        out, value = policy_and_value(network, params, obs)
+        out, values = policy_and_value(network, params, obs)
         action, extras = policy.sample(key, out)
-        return action, {**extras, "value": value}
+        return action, ({**extras, "value": values} if value else extras)
 
     return act
 
@@ -169,12 +170,27 @@ def flatten_time_batch(tree: Any) -> Any:
 
 
 def random_permutation(key: PRNGKey, size: int) -> Array:
-    """A uniformly random permutation of `range(size)`: `jax.random.permutation`'s method
-    (a sort by random keys), drawn by one `random.bits` call, with no key split: on CPU every
-    threefry call is a loop of its own to trace and compile, and this runs every epoch. Two
-    32-bit sort keys per element make a tie (the method's only bias) negligible at any size."""
-    hi, lo = jax.random.bits(key, (2, size))
-    return jax.lax.sort((hi, lo, jnp.arange(size)), num_keys=2)[-1]
+    """A uniformly random permutation of `range(size)`, drawn by one `random.bits` call
+    with no key split (on CPU every threefry call is a loop of its own, and this runs every
+    epoch): `jax.random.permutation`'s method, a sort by random keys, as an LSD radix sort.
+
+    Each pass sorts one array of uint32 words, each a random key in the high bits and the
+    element's position in the low `b = log2(size)` bits, so the sort is single-operand and
+    its ties are broken by the previous pass's order; the passes together draw at least
+    `2b + 9` random bits per element, so a tie in every pass (the method's only bias) has
+    probability below 1e-3 per call at any size. XLA sorts one array of words several times
+    faster than several arrays under a multi-key comparator (512 rows 100 -> 33 us, 8192
+    rows 2.2 -> 0.6 ms on one CPU core). Up to 2^28 rows (17 passes there)."""
+    bits = max(1, (size - 1).bit_length())
+    if bits > 28:
+        raise ValueError(f"random_permutation: {size} rows; at most 2^28 are supported")
+    passes = -(-(2 * bits + 9) // (32 - bits))
+    words = (jax.random.bits(key, (passes, size)) >> bits) << bits
+    position, low = jnp.arange(size, dtype=jnp.uint32), jnp.uint32((1 << bits) - 1)
+    permutation = jax.lax.sort(words[0] | position) & low
+    for word in words[1:]:
+        permutation = permutation[jax.lax.sort(word | position) & low]
+    return permutation.astype(jnp.int32)
 
 
 def shuffled_minibatches(key: PRNGKey, batch: Any, num_minibatches: int) -> Any:

@@ -274,17 +274,24 @@ def gae_values(network, params, traj: Trajectory) -> tuple[jax.Array, jax.Array,
     if its parameters give the learner's values to the last bit on `B` observations, i.e.
     they are the learner's, or differ by less than float32 can show: a last update of an
     annealed learning rate.)
+
+    An actor that computes no values (extras without `"value"`: a critic with a torso of its
+    own, see `actor_critic._feed_forward`) leaves `V(obs)` to one pass here, and `recomputed`
+    is False (there was nothing stale to replace).
     """
-    behaviour = traj.extras["value"]
-    _, first = network.apply(params, split_mask(jax.tree.map(lambda x: x[0], traj.obs))[0])
     _, last = network.apply(params, split_mask(jax.tree.map(lambda x: x[-1], traj.next_obs))[0])
-    stale = jnp.any(first != behaviour[0])
+    if "value" not in traj.extras:
+        value, stale = common.apply_time_major(network, params, traj.obs)[1], jnp.zeros((), bool)
+    else:
+        behaviour = traj.extras["value"]
+        _, first = network.apply(params, split_mask(jax.tree.map(lambda x: x[0], traj.obs))[0])
+        stale = jnp.any(first != behaviour[0])
 
-    # Loops that run their body at most once: `lax.cond` fails under vmap in shard_map.
-    def recompute(carry):
-        return jnp.zeros_like(carry[0]), common.apply_time_major(network, params, traj.obs)[1]
+        # Loops that run their body at most once: `lax.cond` fails under vmap in shard_map.
+        def recompute(carry):
+            return jnp.zeros_like(carry[0]), common.apply_time_major(network, params, traj.obs)[1]
 
-    value = jax.lax.while_loop(lambda carry: carry[0], recompute, (stale, behaviour))[1]
+        value = jax.lax.while_loop(lambda carry: carry[0], recompute, (stale, behaviour))[1]
     shifted = jnp.concatenate([value[1:], last[None]])
 
     def with_truncations(carry):
