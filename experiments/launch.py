@@ -57,7 +57,7 @@ def launch_local(train_args: list[str], num_processes: int, cpu_devices: int | N
                 if stop() and not forwarded:  # the processes stop together, each with its deadline
                     forwarded = True
                     _signal(procs, signal.SIGTERM)
-                failed = [p.returncode for p in procs if p.returncode not in (None, 0)]
+                failed = [exit_status(p.returncode) for p in procs if p.returncode not in (None, 0)]
                 if failed and not status and not forwarded:
                     status = root_status(failed)
                     print(f"podracer: a process exited with status {status}; stopping the others", file=sys.stderr)
@@ -68,7 +68,16 @@ def launch_local(train_args: list[str], num_processes: int, cpu_devices: int | N
             return 130
     if forwarded:
         return 128 + stop.signum
-    return status or next((p.returncode for p in procs if p.returncode), 0)
+    # Processes that all ended between two polls (one crashed, the others followed it at
+    # once) are reported as processes found failed together.
+    failed = [exit_status(p.returncode) for p in procs if p.returncode]
+    return status or (root_status(failed) if failed else 0)
+
+
+def exit_status(returncode: int) -> int:
+    """A process's exit status as a shell reports it: Popen's -N (killed by signal N) is
+    128 + N, which `SystemExit` can pass on (SystemExit(-9) would exit 247)."""
+    return 128 - returncode if returncode < 0 else returncode
 
 
 def root_status(failed: list[int]) -> int:

@@ -54,3 +54,21 @@ def test_params_are_refused_where_they_cannot_apply(capsys):
     with pytest.raises(ConfigError, match="env.params sets parameters of JAX environments"):
         host_env_specs(EnvConfig("CartPole-v1", backend="envpool", params=("max_steps_in_episode=3",)))
     assert_one_line_error(*run_main(capsys, "train", "ppo-cartpole-anakin", "--env.params", "gravity"), "env.params")
+
+
+def test_params_that_make_the_environment_non_finite_are_refused_naming_them(capsys):
+    """gymnax does not validate its parameters: MemoryChain with memory_length=0 observes
+    1 - t / 0 (NaN). Under Anakin that surfaced only after compiling, as a non-finite loss
+    blaming the agent; it is a one-line error naming env.params before anything compiles."""
+    with pytest.raises(ConfigError, match="env.params: MemoryChain-bsuite with memory_length=0 returns a non-finite"):
+        make_configured_jax_env(EnvConfig("MemoryChain-bsuite", params=("memory_length=0",)))
+    assert_one_line_error(*run_main(capsys, "train", "ppo-memory-chain-anakin", "--env.params", "memory_length=0"),
+                          "env.params")
+
+
+@pytest.mark.parametrize("param", ["dt=inf", "max_speed=nan", "max_torque=-inf"])
+def test_non_finite_params_are_refused(param):
+    """A Config refuses a non-finite number in every field; so does env.params (Pendulum's
+    max_torque=inf gave unbounded actions, dt=inf NaN observations)."""
+    with pytest.raises(ConfigError, match=f"env.params: {param.split('=')[0]} must be finite"):
+        make_configured_jax_env(EnvConfig("Pendulum-v1", params=(param,)))

@@ -71,3 +71,36 @@ def test_the_status_reported_is_the_failure_the_others_followed():
     assert root_status([1, 134, 2]) == 134
     assert root_status([1, 1]) == 1
     assert root_status([2]) == 2
+
+
+# Process 1 is killed (SIGKILL, as by the OOM killer); process 0 fails at once after it
+# (status 1, as a process whose collective lost its peer), before the launcher's next poll.
+CHILD_KILLED = """
+import os, signal, sys, time
+out = sys.argv[1]
+index = int(out.rsplit("/", 1)[1])
+if index == 1:
+    time.sleep(0.5)
+    open(out + ".dead", "w").close()
+    os.kill(os.getpid(), signal.SIGKILL)
+peer = out.rsplit("/", 1)[0] + "/1.dead"
+while not os.path.exists(peer):
+    time.sleep(0.001)
+sys.exit(1)
+"""
+
+
+def test_a_killed_process_is_the_status_reported_even_when_the_others_end_with_it(tmp_path):
+    """The process that was killed, not the one that followed it, names the launcher's exit
+    status, as 128 + the signal (a shell's convention; Popen's -9 would exit 247)."""
+    launcher = subprocess.run([sys.executable, "-c", LAUNCHER, CHILD_KILLED, str(tmp_path)],
+                              env=subprocess_env(), timeout=60)
+    assert launcher.returncode == 128 + signal.SIGKILL
+
+
+def test_exit_status_of_a_signalled_process():
+    from experiments.launch import exit_status
+
+    assert exit_status(-9) == 137
+    assert exit_status(-15) == 143
+    assert exit_status(2) == 2

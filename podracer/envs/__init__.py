@@ -185,6 +185,10 @@ def make_configured_jax_env(env_config: EnvConfig) -> JaxEnv:
         env = _with_params(env, env_config)
     if env_config.id in _USER:  # built-ins are checked by the tests; a user's is checked here
         check_env_outputs(env, env_config.id)  # with the run's parameters (shapes may follow them)
+    if env_config.params and hasattr(env, "replace_params"):  # parameters set by name, unvalidated by gymnax
+        from podracer.envs.params import check_finite_start
+
+        check_finite_start(env, env_config.params, env_config.id)
     if env_config.max_episode_steps is not None:
         from podracer.envs.base import TimeLimitJaxEnv
 

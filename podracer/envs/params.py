@@ -8,6 +8,7 @@ the parameters say (an environment may still read its own limit, e.g. in its obs
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 from podracer.config import ConfigError
@@ -42,6 +43,35 @@ def with_params(env: JaxEnv, params: tuple[str, ...], env_id: str) -> JaxEnv:
     return env
 
 
+def check_finite_start(env: JaxEnv, params: tuple[str, ...], env_id: str) -> None:
+    """ConfigError naming `env.params` if the environment with these parameters returns a
+    non-finite observation or reward on its first reset or step (gymnax does not validate
+    its parameters: MemoryChain's `memory_length=0` divides by zero in every observation).
+    Under Anakin such values would otherwise surface as a non-finite *loss*, blaming the
+    agent; Sebulba's actors name the environment (`sebulba.actor.check_env_finite`)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from podracer.types import BoxSpec
+
+    env_params = env.default_params
+    action_spec = env.action_spec(env_params)
+    action = (jnp.zeros(tuple(action_spec.shape), jnp.float32) if isinstance(action_spec, BoxSpec)
+              else jnp.zeros((), jnp.int32))
+
+    def first(key):
+        state, obs = env.reset(key, env_params)
+        _, step = env.step(key, state, action, env_params)
+        return obs, step.obs, step.reward
+
+    outputs = jax.jit(first)(jax.random.key(0))
+    for what, value in zip(("observation on reset", "observation after a step", "reward"), outputs):
+        if not all(np.isfinite(np.asarray(leaf)).all() for leaf in jax.tree.leaves(value)
+                   if np.issubdtype(np.asarray(leaf).dtype, np.floating)):
+            raise ConfigError(f"env.params: {env_id} with {', '.join(params)} returns a non-finite {what}")
+
+
 def _convert(old: Any, value: str, name: str) -> Any:
     kind = type(old.item()) if hasattr(old, "item") and getattr(old, "shape", None) == () else type(old)
     try:
@@ -49,6 +79,10 @@ def _convert(old: Any, value: str, name: str) -> Any:
             if value.lower() not in ("true", "false", "1", "0"):
                 raise ValueError(value)
             return value.lower() in ("true", "1")
-        return kind(value) if kind in (int, float) else type(old)(float(value))
+        number = float(value)
+        converted = kind(value) if kind in (int, float) else type(old)(number)
     except (TypeError, ValueError):
         raise ConfigError(f"env.params: {name} must be {kind.__name__}, got {value!r}") from None
+    if not math.isfinite(number):  # as every number of a Config (`check_finite_floats`)
+        raise ConfigError(f"env.params: {name} must be finite, got {value!r}")
+    return converted
