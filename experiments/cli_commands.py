@@ -66,8 +66,8 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
         if result["unfinished"]:
             print(f"{result['unfinished']} episodes had not ended after --max-steps {args.max_steps} steps: "
                   "their returns so far are counted")
-        if args.video:
-            print(f"video: {args.video}")
+        if args.video:  # Anakin draws an episode of its own, a host run the first one evaluated
+            print(f"video: {args.video} (an episode of return {result['video_return']:.2f})")
 
 
 def cmd_plot(args: argparse.Namespace) -> None:

@@ -117,6 +117,12 @@ def cmd_launch_local(preset: str | None, resume_dir: str | None, overrides: list
         fail(f"--cpu-devices must be >= 1, got {cpu_devices}")
     if (preset is None) == (resume_dir is None):
         fail("give a preset to train, or --resume RUN_DIR (not both)")
+    owned = {f"--distributed.{name}" for name in ("coordinator", "num-processes", "num_processes", "process-id",
+                                                  "process_id")}
+    given = next((arg.split("=")[0] for arg in overrides if arg.split("=")[0] in owned), None)
+    if given is not None:
+        fail(f"{given}: launch-local sets the coordinator, the number of processes and their ids itself "
+             "(-n); to set them, start each process with podracer train")
     if resume_dir is not None:
         resume_distributed(None, overrides)  # fail here, once, rather than in every process
         train_args = ["--resume", resume_dir, *overrides]

@@ -113,10 +113,12 @@ def evaluate(
         "policy": "sample" if sample else ("mean" if isinstance(action_spec, BoxSpec) else "greedy"),
     }
     if video is not None:
-        if env is not None:
-            frames = record_episode(env, loaded.policy, loaded.params, key_video, max_steps)
+        if env is not None:  # an episode of its own (a host run draws the first one evaluated)
+            frames, video_return = record_episode(env, loaded.policy, loaded.params, key_video, max_steps)
+        else:
+            video_return = float(returns[0])
         write_video(frames, video, getattr(env, "render_fps", 20))
-        result["video"] = video
+        result.update(video=video, video_return=video_return)
     return result
 
 
@@ -269,15 +271,15 @@ def _episode_returns(env: JaxEnv, policy: Policy, params: Params, key: PRNGKey, 
 
 
 def record_episode(env: JaxEnv, policy: Policy, params: Params, key: PRNGKey,
-                   max_steps: int = DEFAULT_MAX_STEPS) -> np.ndarray:
+                   max_steps: int = DEFAULT_MAX_STEPS) -> tuple[np.ndarray, float]:
     """Frames `uint8 [T + 1, H, W, 3]` of one episode, from the raw dynamics (no reset), its
-    first `max_steps` steps at most."""
+    first `max_steps` steps at most, and the episode's undiscounted return over those steps."""
     limit = min(int(env.max_episode_steps(env.default_params)), max_steps)
-    frames, length = jax.jit(_record, static_argnums=(0, 1, 4))(env, policy, params, key, limit)
-    return np.asarray(frames)[: int(length) + 1]
+    frames, length, episode_return = jax.jit(_record, static_argnums=(0, 1, 4))(env, policy, params, key, limit)
+    return np.asarray(frames)[: int(length) + 1], float(episode_return)
 
 
-def _record(env: JaxEnv, policy: Policy, params: Params, key: PRNGKey, limit: int) -> tuple[Array, Array]:
+def _record(env: JaxEnv, policy: Policy, params: Params, key: PRNGKey, limit: int) -> tuple[Array, Array, Array]:
     env_params = env.default_params
     reset_key, key = jax.random.split(key)
     inner, obs = env.reset_env(reset_key, env_params)
@@ -290,17 +292,18 @@ def _record(env: JaxEnv, policy: Policy, params: Params, key: PRNGKey, limit: in
         action, core = policy.act(params, batch, act_key, core, start)
         action = clip_action(action[0], env.action_spec(env_params))
         start = None if start is None else jnp.zeros_like(start)  # one episode: no reset after the first step
-        next_inner, next_obs, _, terminated = env.step_env(step_key, inner, action, env_params)
+        next_inner, next_obs, reward, terminated = env.step_env(step_key, inner, action, env_params)
         # Once the episode has ended, hold its last state.
         hold = lambda new, old: jnp.where(ended, old, new)  # noqa: E731
         next_inner, next_obs = jax.tree.map(hold, next_inner, inner), jax.tree.map(hold, next_obs, obs)
-        return (next_inner, next_obs, ended | terminated, core, start), (next_inner, ended | terminated)
+        reward = jnp.where(ended, 0.0, jnp.asarray(reward, jnp.float32))
+        return (next_inner, next_obs, ended | terminated, core, start), (next_inner, ended | terminated, reward)
 
     first = (inner, obs, jnp.bool_(False), *policy.initial(1))
-    _, (states, ended) = jax.lax.scan(step, first, jax.random.split(key, limit))
+    _, (states, ended, rewards) = jax.lax.scan(step, first, jax.random.split(key, limit))
     states = jax.tree.map(lambda first, rest: jnp.concatenate([first[None], rest]), inner, states)
     length = jnp.where(jnp.any(ended), jnp.argmax(ended) + 1, limit)
-    return jax.vmap(env.render)(states), length
+    return jax.vmap(env.render)(states), length, jnp.sum(rewards)
 
 
 def write_video(frames: np.ndarray, path: str, fps: int) -> None:

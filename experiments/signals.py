@@ -32,11 +32,13 @@ class StopRequest:
         return self.signum is not None
 
     def handle(self, signum: int, frame: Any) -> None:
-        """The Python handler (main thread)."""
+        """The Python handler (main thread). The first signal names the stop: `launch-local`'s
+        SIGTERM that follows a terminal's Ctrl-C (SIGINT to the whole group) does not rename it."""
         self._handled += 1
         if self._handled > 1 and signum == signal.SIGINT:
             raise KeyboardInterrupt
-        self.signum = signum
+        if self.signum is None:
+            self.signum = signum
 
     def notice(self, signum: int) -> None:
         """The signal as seen by the wake-up thread, possibly before `handle` runs."""

@@ -52,6 +52,14 @@ from tests.helpers import TINY_ARGS, assert_one_line_error, run_main, subprocess
         (["bench", "sebulba", "--seconds", "nan"], "--seconds must be a positive number of seconds, got nan"),
         (["launch-local", "-n", "1", "--cpu-devices", "0", "ppo-cartpole-anakin"], "--cpu-devices must be >= 1, got 0"),
         (["launch-local", "-n", "2", "--cpu-devices", "-3", "ppo-cartpole-anakin"], "--cpu-devices must be >= 1, got -3"),
+        (["train", "dqn-cartpole-anakin", "--total-env-steps", "5000"],
+         "agent.learning_starts must be below total_env_steps (5000), or the run takes no gradient step, got 10000"),
+        (["train", "muzero-catch-anakin", "--agent.learning-starts", "1000000"],
+         "agent.learning_starts must be below total_env_steps"),
+        (["launch-local", "-n", "2", "ppo-cartpole-anakin", "--distributed.num-processes", "3"],
+         "--distributed.num-processes: launch-local sets the coordinator, the number of processes"),
+        (["launch-local", "-n", "2", "ppo-cartpole-anakin", "--distributed.process_id=1"],
+         "--distributed.process_id: launch-local sets"),
     ],
 )
 def test_user_errors_exit_2_with_one_line(capsys, argv, message):

@@ -138,7 +138,9 @@ def test_evaluate_json_is_reproducible_and_counts_episodes(trained_run, capsys, 
     assert abs(many["mean_return"] - np.mean(by_column)) <= tolerance + 1e-6, (many, by_column)
     main(["evaluate", str(trained_run), "--episodes", "3", "--agent-seed", "1", "--sample",
           "--video", str(tmp_path / "catch.gif")])
-    assert "over 3 episodes (sample policy" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "over 3 episodes (sample policy" in out
+    assert "catch.gif (an episode of return 1.00)" in out or "catch.gif (an episode of return -1.00)" in out
     from PIL import Image
 
     gif = Image.open(tmp_path / "catch.gif")
@@ -371,6 +373,14 @@ def test_signals_set_the_stop_request_and_handlers_come_back():
         time.sleep(0.01)
         assert stop() and stop.name == "SIGTERM"
     assert signal.getsignal(signal.SIGTERM) is before
+    # A terminal's Ctrl-C reaches every process of `launch-local`, whose SIGTERM follows: the
+    # stop stays named after the first signal.
+    with stop_on_signals() as stop:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.01)
+        assert stop.name == "SIGINT"
 
 
 @pytest.mark.timeout(60)
@@ -379,12 +389,16 @@ def test_cartpole_episode_renders_to_frames():
 
     env = make_jax_env("CartPole-v1")
     push_right = lambda params, obs, key, core, start: (jax.numpy.ones(obs.shape[0], jax.numpy.int32), core)  # noqa: E731
-    frames = record_episode(env, Policy(push_right, lambda batch: (None, None)), None, jax.random.key(0))
+    frames, episode_return = record_episode(env, Policy(push_right, lambda batch: (None, None)), None,
+                                            jax.random.key(0))
     assert frames.dtype == np.uint8 and frames.shape[1:] == (200, 300, 3)
     assert 5 < len(frames) < 100  # the pole falls: the episode ends early
     assert not np.array_equal(frames[0], frames[-1])
-    capped = record_episode(env, Policy(push_right, lambda batch: (None, None)), None, jax.random.key(0), max_steps=3)
+    assert episode_return == len(frames) - 1  # CartPole: a reward of 1 per step drawn
+    capped, capped_return = record_episode(env, Policy(push_right, lambda batch: (None, None)), None,
+                                           jax.random.key(0), max_steps=3)
     np.testing.assert_array_equal(capped, frames[:4])  # evaluate's --max-steps bounds a video too
+    assert capped_return == 3
 
 
 def test_default_run_dirs_are_never_shared(tmp_path):
