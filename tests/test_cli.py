@@ -52,6 +52,7 @@ from tests.helpers import TINY_ARGS, assert_one_line_error, run_main, subprocess
         (["bench", "sebulba", "--seconds", "nan"], "--seconds must be a positive number of seconds, got nan"),
         (["launch-local", "-n", "1", "--cpu-devices", "0", "ppo-cartpole-anakin"], "--cpu-devices must be >= 1, got 0"),
         (["launch-local", "-n", "2", "--cpu-devices", "-3", "ppo-cartpole-anakin"], "--cpu-devices must be >= 1, got -3"),
+        (["train", "ppo-pendulum-anakin", "--agent.log-std-init", "90"], "agent.log_std_init must be in [-20, 20], got 90.0"),
         (["train", "dqn-cartpole-anakin", "--total-env-steps", "5000"],
          "agent.learning_starts must be below total_env_steps (5000), or the run takes no gradient step, got 10000"),
         (["train", "muzero-catch-anakin", "--agent.learning-starts", "1000000"],

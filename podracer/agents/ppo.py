@@ -112,7 +112,10 @@ class PPOConfig:
               "agent.hidden_sizes", "must be positive sizes", self.hidden_sizes)
         check(self.activation in common.ACTIVATIONS, "agent.activation", f"must be one of {common.ACTIVATIONS}",
               self.activation)
-        check(math.isfinite(self.log_std_init), "agent.log_std_init", "must be finite", self.log_std_init)
+        # exp(+-20): a standard deviation from 2e-9 to 5e8; beyond, float32 log-probabilities
+        # and samples overflow (+-90 compiled, then stopped on a non-finite loss)
+        check(math.isfinite(self.log_std_init) and abs(self.log_std_init) <= 20, "agent.log_std_init",
+              "must be in [-20, 20]", self.log_std_init)
         check(0 <= self.replay_fraction < 1, "agent.replay_fraction", "must be in [0, 1)", self.replay_fraction)
         check(self.replay_fraction == 0 or self.advantage == "vtrace", "agent.replay_fraction",
               "needs agent.advantage vtrace (replayed data is off-policy)", self.replay_fraction)
