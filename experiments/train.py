@@ -13,6 +13,7 @@ import dataclasses
 import datetime
 import json
 import os
+import warnings
 from typing import Any, Callable, Iterator
 
 from experiments import startup
@@ -143,6 +144,7 @@ def train(
     `distributed.timeout_s` (see `experiments.watchdog`).
     """
     runner = runner_for(config)
+    warn_if_no_learning(config)
     with run_session(config.distributed, should_stop) as waits:
         timeout_s = config.distributed.timeout_s
         defaulted = not config.run_dir
@@ -152,6 +154,16 @@ def train(
         startup.check_shared_storage(config.run_dir, lambda: prepare_run_dir(config.run_dir, config, defaulted),
                                      timeout_s)
         return _run(runner, config, prepared, console, on_metrics, should_stop, None, waits)
+
+
+def warn_if_no_learning(config: Config) -> None:
+    """A `UserWarning` when a replay agent's `learning_starts` (env steps of one seed, as the
+    budget) is not below `total_env_steps`: such a run takes no gradient step, and its rows'
+    per-step metrics read 0.0. Not an error: filling a buffer without learning is a use."""
+    starts = getattr(config.agent, "learning_starts", None)
+    if isinstance(starts, int) and starts >= config.total_env_steps:
+        warnings.warn(f"agent.learning_starts ({starts}) is not below total_env_steps ({config.total_env_steps}): "
+                      "this run takes no gradient step", stacklevel=3)
 
 
 def resume(

@@ -174,11 +174,6 @@ class Config:
                   "not a class", value)
         check_finite_floats(self)  # every section's floats, named `agent.learning_rate`, ...
         check(self.total_env_steps > 0, "total_env_steps", "must be > 0", self.total_env_steps)
-        # A replay agent takes no gradient step before `learning_starts` env steps (of one
-        # seed, as the budget): a run that ends first would train nothing and say nothing.
-        starts = getattr(self.agent, "learning_starts", None)
-        check(not isinstance(starts, int) or starts < self.total_env_steps, "agent.learning_starts",
-              f"must be below total_env_steps ({self.total_env_steps}), or the run takes no gradient step", starts)
         check(self.seed >= 0, "seed", "must be >= 0", self.seed)
         # jax.random.key keeps a seed's low 32 bits (without jax_enable_x64): a larger seed
         # would silently repeat the run of a smaller one

@@ -433,3 +433,20 @@ def test_a_stopped_run_names_the_command_that_resumes_it(processes, tmp_path, ca
     expected = (f"podracer train --resume {tmp_path} --cpu-devices 4" if processes == 1 else
                 f"podracer launch-local -n 2 --cpu-devices 4 --resume {tmp_path}")
     assert f"continue with: {expected}" in out.err, out.err
+
+
+def test_a_run_that_cannot_learn_is_warned_about():
+    """A replay agent whose `learning_starts` is not below the budget takes no gradient step
+    (its rows' losses read 0.0): `train` warns, naming both numbers; a run that learns does
+    not. A warning, not an error: filling a buffer without learning is a use (tests do)."""
+    import warnings
+
+    import podracer
+    from experiments.train import warn_if_no_learning
+
+    with pytest.warns(UserWarning, match=r"agent.learning_starts \(10000\) is not below total_env_steps \(5000\)"):
+        warn_if_no_learning(podracer.presets.get("dqn-cartpole-anakin", total_env_steps=5000))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warn_if_no_learning(podracer.presets.get("dqn-cartpole-anakin"))
+        warn_if_no_learning(podracer.presets.get("ppo-cartpole-anakin", total_env_steps=10))
