@@ -115,7 +115,8 @@ class Checkpointer:
         if progress.updates in self._manager.all_steps():
             return
         stored = to_storable(state)
-        host = {"progress": progress.to_json(), "leaves": leaf_signatures(stored), "version": _version()}
+        host = {"progress": progress.to_json(), "leaves": leaf_signatures(stored), "version": _version(),
+                "devices": jax.device_count(), "processes": jax.process_count()}
         if self._run_config is not None:
             host["config"] = self._run_config
         args = self._ocp.args
@@ -277,12 +278,23 @@ def _check_host(host: dict[str, Any], saved: dict[str, list[Any]], expected: dic
     try:
         check_signatures(saved, expected)
     except CheckpointMismatchError as error:
+        devices, processes = host.get("devices"), host.get("processes")  # absent from older checkpoints
+        if devices is not None and (devices, processes) != (jax.device_count(), jax.process_count()):
+            # Per-device state (an axis of every device's share) fits the devices it was saved on.
+            raise CheckpointMismatchError(
+                f"{error}: the checkpoint was written on {_devices(devices, processes)}, this session has "
+                f"{_devices(jax.device_count(), jax.process_count())}; resume on what the run ran on (the same "
+                "--cpu-devices, launch-local -n or processes)") from None
         written_by = host.get("version")  # saved since 0.2.0
         if written_by == _version():
             raise
         writer = written_by or "before 0.2.0"
         raise CheckpointMismatchError(f"{error} (the checkpoint was written by podracer {writer}, "
                                       f"this is podracer {_version()})") from None
+
+
+def _devices(devices: int, processes: int) -> str:
+    return f"{devices} device{'s' * (devices != 1)} ({processes} process{'es' * (processes != 1)})"
 
 
 def check_signatures(saved: dict[str, list[Any]], expected: dict[str, list[Any]]) -> None:

@@ -181,3 +181,21 @@ def test_killed_while_writing_keeps_the_previous_checkpoint_latest(tmp_path):
     proc.kill()
     proc.wait(timeout=30)
     assert assert_latest_is_complete(tmp_path / "b") >= 2
+
+
+def test_a_mismatch_names_the_devices_the_checkpoint_was_written_on():
+    """A checkpoint's per-device state fits the devices it was saved on: resumed on another
+    number of devices or processes, the mismatch says how many it was written on and how to
+    resume; on the same devices (or from a checkpoint that predates the record) it says only
+    what differs."""
+    from podracer.checkpoint import CheckpointMismatchError, _check_host, _version
+
+    saved, expected = {"['key']": [[1, 2, 2], "uint32"]}, {"['key']": [[1, 1, 2], "uint32"]}
+    host = {"leaves": saved, "version": _version(), "devices": jax.device_count() + 2, "processes": 1}
+    with pytest.raises(CheckpointMismatchError, match=rf"written on {jax.device_count() + 2} devices \(1 process\), "
+                       rf"this session has {jax.device_count()} devices \(1 process\); resume on what the run ran on"):
+        _check_host(host, saved, expected)
+    for same in ({**host, "devices": jax.device_count()}, {"leaves": saved, "version": _version()}):
+        with pytest.raises(CheckpointMismatchError) as error:
+            _check_host(same, saved, expected)
+        assert "written on" not in str(error.value) and "uint32(1, 2, 2) in the checkpoint" in str(error.value)
