@@ -158,11 +158,25 @@ def train(
 
 def warn_if_no_learning(config: Config) -> None:
     """A `UserWarning` when a replay agent's `learning_starts` (env steps of one seed, as the
-    budget) is not below `total_env_steps`: such a run takes no gradient step, and its rows'
-    per-step metrics read 0.0. Not an error: filling a buffer without learning is a use."""
+    budget) is above the env steps the run takes (`total_env_steps` rounded down to whole
+    updates; an update learns once the steps so far, its own included, reach
+    `learning_starts`): such a run takes no gradient step, and its rows' per-step metrics
+    read 0.0. Not an error: filling a buffer without learning is a use."""
     starts = getattr(config.agent, "learning_starts", None)
-    if isinstance(starts, int) and starts >= config.total_env_steps:
-        warnings.warn(f"agent.learning_starts ({starts}) is not below total_env_steps ({config.total_env_steps}): "
+    if not isinstance(starts, int):
+        return
+    from podracer.config import ConfigError
+    from podracer.runner.sizes import update_sizes
+
+    try:  # the env steps the run takes: whole updates, up to total_env_steps
+        steps_per_update, num_updates = update_sizes(config)
+    except ConfigError:
+        return  # not even one update: the runner's setup names total_env_steps
+    run_steps = steps_per_update * num_updates
+    # An update learns once the env steps so far, its own included, reach learning_starts.
+    if starts > run_steps:
+        warnings.warn(f"agent.learning_starts ({starts}) is above the {run_steps} env steps this run takes "
+                      f"(total_env_steps {config.total_env_steps} in whole updates of {steps_per_update}): "
                       "this run takes no gradient step", stacklevel=3)
 
 

@@ -20,7 +20,7 @@ import importlib
 import importlib.util
 from typing import Any
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 _API = {
     "presets": ("experiments.presets", None),

@@ -444,9 +444,29 @@ def test_a_run_that_cannot_learn_is_warned_about():
     import podracer
     from experiments.train import warn_if_no_learning
 
-    with pytest.warns(UserWarning, match=r"agent.learning_starts \(10000\) is not below total_env_steps \(5000\)"):
+    with pytest.warns(UserWarning, match=r"agent.learning_starts \(10000\) is above the 4960 env steps"):
         warn_if_no_learning(podracer.presets.get("dqn-cartpole-anakin", total_env_steps=5000))
+    # A budget that rounds down to whole updates (80 env steps each) below learning_starts.
+    with pytest.warns(UserWarning, match=r"agent.learning_starts \(10050\) is above the 10000 env steps"):
+        warn_if_no_learning(podracer.presets.get("dqn-cartpole-anakin", total_env_steps=10079,
+                                                 agent=dict(learning_starts=10050)))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         warn_if_no_learning(podracer.presets.get("dqn-cartpole-anakin"))
+        # Equal: the last update reaches learning_starts and learns (DQN's `env_steps.ge`).
+        warn_if_no_learning(podracer.presets.get("dqn-cartpole-anakin", total_env_steps=10000))
         warn_if_no_learning(podracer.presets.get("ppo-cartpole-anakin", total_env_steps=10))
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(episodes=2.5), "--episodes"), (dict(episodes=True), "--episodes"), (dict(max_steps=2.5), "--max-steps"),
+    (dict(seed=1.5), "--seed"), (dict(agent_seed="0"), "--agent-seed"), (dict(step="39"), "--step"),
+])
+def test_python_evaluate_refuses_numbers_that_are_not_integers(tmp_path, kwargs, name):
+    """podracer.evaluate from Python checks its counts as the command line's argparse does,
+    before reading the run: max_steps=2.5 ran episodes of 2 steps, step="39" was "no checkpoint
+    of update 39 (it keeps updates 39)", episodes=2.5 or seed=1.5 crashed inside JAX."""
+    from experiments.evaluate import evaluate
+
+    with pytest.raises(ConfigError, match=f"{name} must be an integer"):
+        evaluate(str(tmp_path), **kwargs)
