@@ -165,9 +165,6 @@ def warn_if_no_learning(config: Config) -> None:
     starts = getattr(config.agent, "learning_starts", None)
     if not isinstance(starts, int):
         return
-    from podracer.config import ConfigError
-    from podracer.runner.sizes import update_sizes
-
     try:  # the env steps the run takes: whole updates, up to total_env_steps
         steps_per_update, num_updates = update_sizes(config)
     except ConfigError:
