@@ -83,15 +83,11 @@ def evaluate(
     latest checkpoint, or of the checkpoint of update `step` (one the run kept: an earlier
     policy, or the one before a damaged latest); `max_steps` bounds every episode (see the
     module docstring)."""
-    for name, value in (("episodes", episodes), ("seed", seed), ("agent-seed", agent_seed), ("max-steps", max_steps),
-                        ("step", step)):
-        # From Python as from the command line (argparse's int): 2.5 episodes, a step "39" or
-        # max_steps=2.5 (which ran 2 steps) are refused, not truncated or crashed on.
-        if not (value is None and name == "step") and (isinstance(value, bool)
-                                                       or not isinstance(value, numbers.Integral)):
-            raise ConfigError(f"--{name} must be an integer, got {value!r}")
-    episodes, seed, agent_seed, max_steps = int(episodes), int(seed), int(agent_seed), int(max_steps)
-    step = None if step is None else int(step)
+    # From Python as from the command line (argparse's int): 2.5 episodes, a step "39" or
+    # max_steps=2.5 (which ran 2 steps) are refused, not truncated or crashed on.
+    episodes, seed, agent_seed, max_steps = (_integer(name, value) for name, value in (
+        ("episodes", episodes), ("seed", seed), ("agent-seed", agent_seed), ("max-steps", max_steps)))
+    step = None if step is None else _integer("step", step)
     if episodes < 1:
         raise ConfigError(f"--episodes must be >= 1, got {episodes}")
     if not 1 <= max_steps < 2**31:  # the JAX loop counts steps in an int32
@@ -130,6 +126,12 @@ def evaluate(
         write_video(frames, video, getattr(env, "render_fps", 20))
         result.update(video=video, video_return=video_return)
     return result
+
+
+def _integer(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ConfigError(f"--{name} must be an integer, got {value!r}")
+    return int(value)
 
 
 def _make_env(config: Config) -> JaxEnv:

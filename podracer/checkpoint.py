@@ -272,25 +272,25 @@ def _version() -> str:
 
 
 def _check_host(host: dict[str, Any], saved: dict[str, list[Any]], expected: dict[str, list[Any]]) -> None:
-    """`check_signatures`, naming the podracer version that wrote the checkpoint when it is
-    not this one (a later version may shape some state differently, e.g. one-hot
-    observations since 0.2.0)."""
+    """`check_signatures`, naming what the checkpoint was written on where it differs from
+    this session: the devices and processes (per-device state has an axis of each device's
+    share), and the podracer version (a later version may shape some state differently,
+    e.g. one-hot observations since 0.2.0)."""
     try:
         check_signatures(saved, expected)
     except CheckpointMismatchError as error:
         devices, processes = host.get("devices"), host.get("processes")  # absent from older checkpoints
+        written_by = host.get("version") or "before 0.2.0"  # saved since 0.2.0
+        notes = ""
         if devices is not None and (devices, processes) != (jax.device_count(), jax.process_count()):
-            # Per-device state (an axis of every device's share) fits the devices it was saved on.
-            raise CheckpointMismatchError(
-                f"{error}: the checkpoint was written on {_devices(devices, processes)}, this session has "
-                f"{_devices(jax.device_count(), jax.process_count())}; resume on what the run ran on (the same "
-                "--cpu-devices, launch-local -n or processes)") from None
-        written_by = host.get("version")  # saved since 0.2.0
-        if written_by == _version():
+            notes += (f": the checkpoint was written on {_devices(devices, processes)}, this session has "
+                      f"{_devices(jax.device_count(), jax.process_count())}; resume on what the run ran on (the "
+                      "same --cpu-devices, launch-local -n or processes)")
+        if written_by != _version():
+            notes += f" (the checkpoint was written by podracer {written_by}, this is podracer {_version()})"
+        if not notes:
             raise
-        writer = written_by or "before 0.2.0"
-        raise CheckpointMismatchError(f"{error} (the checkpoint was written by podracer {writer}, "
-                                      f"this is podracer {_version()})") from None
+        raise CheckpointMismatchError(f"{error}{notes}") from None
 
 
 def _devices(devices: int, processes: int) -> str:
