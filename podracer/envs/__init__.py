@@ -116,6 +116,16 @@ def _abstract(tree: Any) -> Any:
     return jax.tree.map(lambda x: (tuple(x.shape), x.dtype), tree)
 
 
+def example_action(action_spec: Any) -> jax.ShapeDtypeStruct:
+    """The shape and dtype of one (unbatched) action of `action_spec`: `int32 []` for a
+    `DiscreteSpec`, `float32 [*shape]` for a `BoxSpec`."""
+    from podracer.types import DiscreteSpec
+
+    if isinstance(action_spec, DiscreteSpec):
+        return jax.ShapeDtypeStruct((), np.int32)
+    return jax.ShapeDtypeStruct(tuple(action_spec.shape), np.float32)
+
+
 def check_env_outputs(env: JaxEnv, env_id: str) -> None:
     """ConfigError naming `env.id` unless `reset_env` and `step_env` return what `env`
     declares: observations shaped and typed as its `observation_spec`, a scalar reward and
@@ -124,15 +134,13 @@ def check_env_outputs(env: JaxEnv, env_id: str) -> None:
     inside the network or the rollout's scan, or not at all (a uint8 spec truncating float
     observations in a replay buffer)."""
     from podracer.config import ConfigError
-    from podracer.types import DiscreteSpec, obs_spec_map
+    from podracer.types import obs_spec_map
 
     params = env.default_params
     name = type(env).__name__
     spec = obs_spec_map(lambda leaf: jax.ShapeDtypeStruct(tuple(leaf.shape), np.dtype(leaf.dtype)),
                         env.observation_spec(params))
-    action_spec = env.action_spec(params)
-    action = jax.ShapeDtypeStruct((), np.int32) if isinstance(action_spec, DiscreteSpec) else \
-        jax.ShapeDtypeStruct(tuple(action_spec.shape), np.float32)
+    action = example_action(env.action_spec(params))
     key = jax.eval_shape(lambda: jax.random.key(0))
 
     def fail(what: str) -> NoReturn:

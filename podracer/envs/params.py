@@ -53,12 +53,11 @@ def check_finite_start(env: JaxEnv, params: tuple[str, ...], env_id: str) -> Non
     import jax.numpy as jnp
     import numpy as np
 
-    from podracer.types import BoxSpec
+    from podracer.envs import example_action
 
     env_params = env.default_params
-    action_spec = env.action_spec(env_params)
-    action = (jnp.zeros(tuple(action_spec.shape), jnp.float32) if isinstance(action_spec, BoxSpec)
-              else jnp.zeros((), jnp.int32))
+    spec = example_action(env.action_spec(env_params))
+    action = jnp.zeros(spec.shape, spec.dtype)
 
     def first(key):
         state, obs = env.reset(key, env_params)
