@@ -124,10 +124,14 @@ def over_seeds(one_seed: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def make_train_call(
-    env: JaxEnv, env_params: Any, agent: Agent, mesh: Mesh, rollout_length: int, step_metrics: tuple[str, ...] = ()
+    env: JaxEnv, env_params: Any, agent: Agent, mesh: Mesh, rollout_length: int, step_metrics: tuple[str, ...] = (),
+    check_typing: bool = True,
 ) -> Callable[[RunnerState, jax.Array], tuple[RunnerState, CallMetrics]]:
     """`(state, num_updates) -> (state, metrics)`, jitted, state donated. `step_metrics`
-    (`Algorithm.step_metrics`) are also summed weighted by each update's gradient steps."""
+    (`Algorithm.step_metrics`) are also summed weighted by each update's gradient steps.
+    `check_typing` traces the update alone under device-variance typing first
+    (`check_update_typing`; the runner skips it for built-in algorithms, which the contract
+    suite checks, since the extra trace adds to every compile)."""
 
     update = checked_update(agent.update, AXIS)
 
@@ -174,14 +178,47 @@ def make_train_call(
         return RunnerState(agent_state, envs, key[:, None]), metrics
 
     def call(state: RunnerState, num_updates: jax.Array):
+        if check_typing:
+            check_update_typing(env, env_params, agent, mesh, rollout_length, update, state)
         specs = state_specs(state)
         metric_specs = P()
         sharded = jax.shard_map(
-            per_device, mesh=mesh, in_specs=(specs, P()), out_specs=(specs, metric_specs)
+            per_device, mesh=mesh, in_specs=(specs, P()), out_specs=(specs, metric_specs), check_vma=False
         )
         return sharded(state, num_updates)
 
     return jax.jit(call, donate_argnums=0)
+
+
+def check_update_typing(
+    env: JaxEnv, env_params: Any, agent: Agent, mesh: Mesh, rollout_length: int, update: Any, state: RunnerState
+) -> None:
+    """Trace (nothing runs) one seed's `update` alone under `shard_map`'s device-variance
+    typing (`check_vma=True`), on a trajectory shaped as the rollout's, so that the metrics
+    rule (`checked_update`) is enforced under Anakin as under Sebulba's learner.
+
+    The training program itself is sharded with `check_vma=False`: environment code is
+    third-party code written without `shard_map` in mind (a `lax.cond` with a constant in one
+    branch, PRNG keys chosen across branches, loops started from constants), which that
+    typing rejects. Its gradient average is explicit (`parallel.value_and_mean_grad`), so it
+    is the same under either setting."""
+    num_devices = mesh.devices.size
+    seed = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), state)  # one seed: [D, ...], [B, ...]
+    local = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), seed.agent.local)
+    envs = jax.tree.map(lambda x: jax.ShapeDtypeStruct((x.shape[0] // num_devices, *x.shape[1:]), x.dtype), seed.envs)
+    key = jax.ShapeDtypeStruct(seed.key.shape[1:], seed.key.dtype)
+    traj = jax.eval_shape(lambda a, e, k: rollout(env, env_params, agent, a.params, e, k, rollout_length)[1],
+                          seed.agent.replace(local=local), envs, key)
+    traj = jax.tree.map(lambda x: jax.ShapeDtypeStruct((x.shape[0], x.shape[1] * num_devices, *x.shape[2:]), x.dtype),
+                        traj)
+
+    def per_device(agent_state: AgentState, traj: Any, keys: PRNGKey) -> Any:
+        local = strip_device_axis(agent_state.local, seed_axes=0)
+        return update(agent_state.replace(local=local), traj, keys[0])[1]
+
+    specs = (agent_state_specs(seed.agent, AXIS, seed_axes=0), P(None, AXIS), P(AXIS))
+    jax.eval_shape(jax.shard_map(per_device, mesh=mesh, in_specs=specs, out_specs=P(), check_vma=True),
+                   seed.agent, traj, seed.key)
 
 
 def make_rollout_call(
@@ -209,7 +246,7 @@ def make_rollout_call(
 
     def call(state: RunnerState, num_rollouts: jax.Array):
         specs = state_specs(state)
-        sharded = jax.shard_map(per_device, mesh=mesh, in_specs=(specs, P()), out_specs=(specs, P()))
+        sharded = jax.shard_map(per_device, mesh=mesh, in_specs=(specs, P()), out_specs=(specs, P()), check_vma=False)
         return sharded(state, num_rollouts)
 
     return jax.jit(call, donate_argnums=0)

@@ -13,7 +13,6 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from podracer import parallel
 from podracer.envs import JaxEnv
 from podracer.envs.base import step_batch
 from podracer.runner.episodes import EpisodeStats
@@ -33,7 +32,7 @@ class EnvCarry(NamedTuple):
 
 def reset_envs(env: JaxEnv, env_params: Any, key: PRNGKey, num_envs: int, agent: Agent | None = None) -> EnvCarry:
     """Fresh environments, and `agent`'s initial acting state for them if it is recurrent."""
-    reset = parallel.without_vma_check(jax.vmap(env.reset, in_axes=(0, None)))
+    reset = jax.vmap(env.reset, in_axes=(0, None))
     env_state, obs = reset(jax.random.split(key, num_envs), env_params)
     core, start = (None, None) if agent is None else agent.initial_acting_state(num_envs)
     return EnvCarry(env_state, obs, core, start)

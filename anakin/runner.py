@@ -14,7 +14,7 @@ import numpy as np
 from anakin.config import AnakinConfig
 from anakin.program import AXIS, CallMetrics, RunnerState, init_state, make_train_call
 from podracer import distributed, parallel
-from podracer.agents import algorithm_for, make_checked_agent
+from podracer.agents import algorithm_for, is_builtin, make_checked_agent
 from podracer.checkpoint import Checkpoints, Progress
 from podracer.config import Config, ConfigError, check
 from podracer.distributed import NO_WAITS, Waits
@@ -174,8 +174,10 @@ def train(
     state, progress = hooks.start(initial_state(config, s), config.checkpoint.init_from, seed_axis=True)
     if progress.updates >= s.sizes.num_updates:  # a finished run resumed: nothing to compile or run
         return TrainResult([], state, s.agent, env_steps=progress.env_steps)
-    step_metrics = algorithm_for(config.agent).step_metrics
-    train_call = make_train_call(s.env, s.env_params, s.agent, s.mesh, config.arch.rollout_length, step_metrics)
+    algorithm = algorithm_for(config.agent)
+    step_metrics = algorithm.step_metrics
+    train_call = make_train_call(s.env, s.env_params, s.agent, s.mesh, config.arch.rollout_length,
+                                 step_metrics, check_typing=not is_builtin(algorithm))
     # Compiled here, so that no wait on the other processes (a dispatch) includes compiling.
     train_call = train_call.lower(state, jnp.int32(config.arch.updates_per_call)).compile()
     total, every = s.sizes.num_updates, config.checkpoint.every_updates

@@ -132,11 +132,23 @@ def test_both_runners_refuse_metrics_the_agent_did_not_average(runner, monkeypat
 
     agent = PPOConfig(num_minibatches=1, num_epochs=1, hidden_sizes=(8,))
     if runner == "anakin":
-        monkeypatch.setattr(anakin.runner, "make_checked_agent", forgetful(anakin.runner.make_checked_agent))
-        config = Config(agent=agent, env=EnvConfig("ProbeActionReward"), total_env_steps=64,
+        # Anakin checks the metrics rule of a user algorithm (in a trace of its update alone,
+        # under device-variance typing: the program itself runs without it).
+        @dataclasses.dataclass(frozen=True)
+        class ForgetfulConfig(PPOConfig):
+            pass
+
+        ppo = algorithm_for(agent)
+        register_algorithm(dataclasses.replace(ppo, name="forgetful-ppo", config=ForgetfulConfig,
+                                               make=forgetful(ppo.make)))
+        config = Config(agent=ForgetfulConfig(num_minibatches=1, num_epochs=1, hidden_sizes=(8,)),
+                        env=EnvConfig("ProbeActionReward"), total_env_steps=64,
                         arch=AnakinConfig(num_envs=4, rollout_length=8, devices=(0, 1), updates_per_call=1))
-        with pytest.raises(registry.MetricsRuleError, match="local_reward"):
-            anakin.train(config)
+        try:
+            with pytest.raises(registry.MetricsRuleError, match="local_reward"):
+                anakin.train(config)
+        finally:
+            registry.unregister_algorithm("forgetful-ppo")
     else:
         monkeypatch.setattr(sebulba.runner, "make_checked_agent", forgetful(sebulba.runner.make_checked_agent))
         config = Config(agent=agent, env=EnvConfig("ProbeActionReward"), total_env_steps=64,

@@ -18,6 +18,7 @@ from podracer.agents.registry import (
                                       Algorithm,
                                       algorithm_for,
                                       algorithms,
+                                      is_builtin,
                                       make_agent,
                                       make_checked_agent,
                                       register_algorithm,
@@ -29,7 +30,7 @@ BUILTIN_ALGORITHMS: tuple[Algorithm, ...] = (ppo.ALGORITHM, impala.ALGORITHM, dq
 
 __all__ = [
     "Algorithm", "BUILTIN_ALGORITHMS", "DQNConfig", "ImpalaConfig", "MuZeroConfig", "PPOConfig", "PQNConfig",
-    "algorithm_for", "algorithms", "make_agent", "make_checked_agent", "make_dqn", "make_impala", "make_muzero",
-    "make_ppo", "make_pqn",
+    "algorithm_for", "algorithms", "is_builtin", "make_agent", "make_checked_agent", "make_dqn", "make_impala",
+    "make_muzero", "make_ppo", "make_pqn",
     "register_algorithm", "unregister_algorithm",
 ]

@@ -155,6 +155,12 @@ def algorithms() -> dict[str, Algorithm]:
     return {**_builtins(), **_USER}
 
 
+def is_builtin(algorithm: Algorithm) -> bool:
+    """Whether `algorithm` is one of podracer's own (checked by the contract suite), not a
+    user's (whose agents the runners check at setup)."""
+    return _builtins().get(algorithm.name) is algorithm
+
+
 def algorithm_for(config: Any) -> Algorithm:
     """The registered algorithm whose config class `config` is; ConfigError if none."""
     for algorithm in algorithms().values():
@@ -201,7 +207,7 @@ def make_checked_agent(config: Any, obs_spec: ObservationSpec, action_spec: Acti
     check_pairing(algorithm, obs_spec, action_spec, env_id)
     algorithm.check_batch(config, batch)
     agent = algorithm.make(config, obs_spec, action_spec, num_updates=num_updates, axis_name=axis_name)
-    if algorithm.name in _USER:  # built-ins are checked by the contract suite; a user's here
+    if not is_builtin(algorithm):  # built-ins are checked by the contract suite; a user's here
         check_act_outputs(agent, obs_spec, action_spec, batch.envs_per_device, algorithm.name)
     return agent
 

@@ -111,9 +111,25 @@ def _describe(tree: Any) -> str:
     return shown[0] if treedef == jax.tree.structure(0) else str(jax.tree.unflatten(treedef, shown))
 
 
-def _abstract(tree: Any) -> Any:
+def _first_line(error: BaseException) -> str:
+    """`TypeName: first line of the message`: one line for a ConfigError."""
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+
+
+def _same_abstract(a: Any, b: Any) -> bool:
+    """Whether two pytrees have the same structure and the same leaf shapes and dtypes.
+    Compared leaf by leaf, never with the containers' own `==`: an environment library's
+    state classes may define `__eq__` elementwise (navix's `Event`) or not at all."""
+    a_leaves, a_def = jax.tree.flatten(a)
+    b_leaves, b_def = jax.tree.flatten(b)
+    try:
+        same_structure = bool(a_def == b_def)
+    except Exception:  # noqa: BLE001 - a node's static data whose `==` is not a boolean
+        same_structure = str(a_def) == str(b_def)
     # `x.dtype` as is: a PRNG key in an environment's state has a dtype numpy cannot read
-    return jax.tree.map(lambda x: (tuple(x.shape), x.dtype), tree)
+    return same_structure and all(
+        tuple(x.shape) == tuple(y.shape) and x.dtype == y.dtype for x, y in zip(a_leaves, b_leaves))
 
 
 def example_action(action_spec: Any) -> jax.ShapeDtypeStruct:
@@ -150,18 +166,37 @@ def check_env_outputs(env: JaxEnv, env_id: str) -> None:
         inner, obs = jax.eval_shape(env.reset_env, key, params)
         step = jax.eval_shape(env.step_env, key, inner, action, params)
     except Exception as error:  # noqa: BLE001 - shown whole, with the environment it came from
-        fail(f"reset_env or step_env failed when traced: {type(error).__name__}: {error}")
+        fail(f"reset_env or step_env failed when traced: {_first_line(error)}")
     for where, observed in (("reset_env", obs), ("step_env", step[1])):
-        if _abstract(observed) != _abstract(spec):
+        if not _same_abstract(observed, spec):
             fail(f"{where} returns observations {_describe(observed)}, but observation_spec declares "
                  f"{_describe(spec)}")
     for index, what in ((2, "reward"), (3, "terminated")):
         if tuple(step[index].shape) != ():
             fail(f"step_env returns a {what} of shape {tuple(step[index].shape)}; it must be a scalar "
                  "(one environment: the runners vmap it)")
-    if _abstract(step[0]) != _abstract(inner):
+    if not _same_abstract(step[0], inner):
         fail(f"step_env returns a state {_describe(step[0])} unlike reset_env's {_describe(inner)} (auto-reset "
              "selects between them: same structure, shapes and dtypes)")
+
+
+def check_batched_step(env: JaxEnv, env_id: str) -> None:
+    """ConfigError naming `env.id` unless `env` traces as the runners call it: `vmap` of
+    `reset` and of `step` (auto-reset included) over a batch. Traced with `jax.eval_shape`
+    (nothing runs), so that an environment that cannot be batched fails at setup, in one
+    line, rather than inside the compile of the whole program."""
+    from podracer.config import ConfigError
+
+    params = env.default_params
+    action = example_action(env.action_spec(params))
+    try:
+        keys = jax.eval_shape(lambda: jax.random.split(jax.random.key(0), 2))
+        actions = jax.ShapeDtypeStruct((2, *action.shape), action.dtype)
+        state, _ = jax.eval_shape(jax.vmap(env.reset, in_axes=(0, None)), keys, params)
+        jax.eval_shape(jax.vmap(env.step, in_axes=(0, 0, 0, None)), keys, state, actions, params)
+    except Exception as error:  # noqa: BLE001 - shown in one line, with the environment it came from
+        raise ConfigError(f"env.id {env_id!r}: {type(env).__name__}: a batched step (vmap of reset and step) "
+                          f"failed when traced: {_first_line(error)}") from None
 
 
 def _with_params(env: JaxEnv, env_config: EnvConfig) -> JaxEnv:
@@ -205,4 +240,6 @@ def make_configured_jax_env(env_config: EnvConfig) -> JaxEnv:
         from podracer.envs.observe import ObservedJaxEnv
 
         env = ObservedJaxEnv(env, env_config.observe, env_config.id)
+    if env_config.id in _USER:
+        check_batched_step(env, env_config.id)
     return env

@@ -19,7 +19,6 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from podracer import parallel
 from podracer.types import ActionSpec, Array, BoxSpec, ObservationSpec, PRNGKey, TimeStep
 
 
@@ -143,11 +142,11 @@ def step_batch(
     `step` itself, it is `vmap(env.step)`: there a loop whose condition depends on the data
     would wait on the host at every step, for a reset that costs little.
 
-    Usable inside `shard_map`: the environment's own code runs outside its device-variance
-    typing (`parallel.without_vma_check`; environments are third-party code, and gymnax's
-    MinAtar games start `while_loop`s from constants)."""
-    def batched(fn):  # over the batch, params shared; outside the device-variance typing
-        return parallel.without_vma_check(jax.vmap(fn, in_axes=(0, 0, 0, None)))
+    Inside `shard_map`, use it with `check_vma=False` (Anakin's program): environment code is
+    third-party code that device-variance typing rejects (a `lax.cond` with a constant
+    branch, keys chosen across branches, gymnax's MinAtar `while_loop`s from constants)."""
+    def batched(fn):  # over the batch, params shared
+        return jax.vmap(fn, in_axes=(0, 0, 0, None))
 
     params = env.default_params if params is None else params
     if type(env).step is not JaxEnv.step or jax.default_backend() != "cpu":
