@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import textwrap
 from typing import Any
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -91,7 +92,8 @@ def preset_page(name: str) -> str:
            "```", "",
            "Every field below can be overridden on the command line with its option. "
            "The default column is this preset's value.", ""]
-    for section, rows in _sections(config).items():
+    sections = _sections(config)
+    for section, rows in {"": sections.pop(""), **sections}.items():
         title = f"`{section}` ({type(getattr(config, section)).__name__})" if section else "The run"
         out += [f"## {title}", "", *_field_table(rows), ""]
     return "\n".join(out)
@@ -209,7 +211,9 @@ def cli_page() -> str:
         out += [f"## `podracer {name}`", "", _escape(helps.get(name) or ""), ""]
         if command.description:
             out += ["```text", *[part.strip() for part in command.description.split(" | ")], "```", ""]
-        out += ["```text", usage.removeprefix("usage: "), "```", ""]
+        usage = textwrap.wrap(usage.removeprefix("usage: "), 88, subsequent_indent="    ", break_on_hyphens=False,
+                              break_long_words=False)
+        out += ["```text", *usage, "```", ""]
         actions = [a for a in command._actions if not isinstance(a, argparse._HelpAction)]
         if actions:
             out += ["| argument | value | default | description |", "|---|---|---|---|"]
