@@ -4,8 +4,8 @@ presets, written while the site builds from the code itself, so they cannot go s
 `pages()` returns `{path in the site: markdown}`. It imports the `podracer` command's parser,
 the presets and the config dataclasses; a field's description is the comment beside it in
 the source, read by `experiments.help` exactly as `podracer train PRESET --help` reads it.
-The MkDocs hook `on_files` adds these pages, and the dated benchmark records under
-`experiments/benchmarks/results/`, to the site.
+The MkDocs hook `on_files` adds these pages, the dated benchmark records under
+`experiments/benchmarks/results/` and the notebooks of `experiments/notebooks/` to the site.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RESULTS = os.path.join(REPO, "experiments", "benchmarks", "results")
+NOTEBOOKS = os.path.join(REPO, "experiments", "notebooks")
 
 
 def _escape(text: str) -> str:
@@ -259,7 +260,7 @@ def records_page() -> str:
 
 
 def on_files(files: Any, config: Any) -> Any:
-    """MkDocs hook: add the generated pages and the records to the site."""
+    """MkDocs hook: add the generated pages, the records and the notebooks to the site."""
     from mkdocs.structure.files import File
 
     for path, text in {**pages(), "benchmarks/records.md": records_page()}.items():
@@ -267,6 +268,10 @@ def on_files(files: Any, config: Any) -> Any:
     for record in records():
         files.append(File.generated(config, f"benchmarks/records/{record}",
                                     abs_src_path=os.path.join(RESULTS, record)))
+    for notebook in sorted(os.listdir(NOTEBOOKS)):
+        if notebook.endswith(".ipynb"):  # to download, as kept under experiments/notebooks/
+            files.append(File.generated(config, f"getting-started/notebooks/{notebook}",
+                                        abs_src_path=os.path.join(NOTEBOOKS, notebook)))
     return files
 
 
