@@ -265,8 +265,15 @@ def records_page() -> str:
            "The raw records behind the [benchmark tables](index.md), one folder per machine and day, "
            "as kept in the repository under `experiments/benchmarks/results/`. Each is the output of "
            "the command its table names.", ""]
+    notes = [record for record in records() if os.sep not in record]
+    if notes:
+        out += ["## Notes", "", "Dated lab notes: how the figures were reached, what changed between "
+                "measurements, and what was tried without gain.", ""]
+        out += [f"- [{os.path.splitext(note)[0]}](records/{note})" for note in notes]
     folder = None
     for record in records():
+        if os.sep not in record:
+            continue
         head = record.split(os.sep)[0]
         if head != folder:
             folder = head
