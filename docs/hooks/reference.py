@@ -13,10 +13,13 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import sys
 import textwrap
 from typing import Any
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if REPO not in sys.path:  # the pages are read from this checkout, installed or not
+    sys.path.insert(0, REPO)
 RESULTS = os.path.join(REPO, "experiments", "benchmarks", "results")
 NOTEBOOKS = os.path.join(REPO, "experiments", "notebooks")
 
