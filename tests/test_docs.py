@@ -1,14 +1,21 @@
 """The commands the documentation shows: every `podracer ...` command in README.md,
-ARCHITECTURE.md and the presets' docstrings parses, names presets that exist, and its
-overrides resolve to fields of that preset's config. Nothing is trained: a renamed preset,
-field or option fails here, not in the hands of a reader who copies the command."""
+ARCHITECTURE.md, CHANGELOG.md, the documentation site's pages (docs/**/*.md) and the
+presets' docstrings parses, names presets that exist, and its overrides resolve to fields of
+that preset's config; every Python snippet compiles; every relative link of the README and
+the site's pages reaches a file; the generated reference covers every preset, field and
+command; and the site builds with `mkdocs build --strict` where the docs extra is installed.
+Nothing is trained: a renamed preset, field or option fails here, not in the hands of a
+reader who copies the command."""
 
 from __future__ import annotations
 
 import glob
+import importlib.util
 import os
 import re
 import shlex
+import subprocess
+import sys
 
 import pytest
 
@@ -17,12 +24,13 @@ from experiments.overrides import apply_overrides, field_paths
 from experiments.presets import PRESETS
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DOCS = ["README.md", "ARCHITECTURE.md"]
+SITE = sorted(os.path.relpath(path, REPO) for path in glob.glob(os.path.join(REPO, "docs", "**", "*.md"), recursive=True))
+DOCS = ["README.md", "ARCHITECTURE.md", "CHANGELOG.md"] + SITE
 SOURCES = DOCS + sorted(os.path.relpath(path, REPO) for path in glob.glob(os.path.join(REPO, "experiments", "presets*.py")))
 # Presets the README names as a user's own (registered through PODRACER_IMPORT), not built in.
 USER_PRESETS = {"walk-ppo-anakin"}
 # Placeholders the README's commands use for values, and what stands in for them here.
-PLACEHOLDER_VALUES = {"N": "2", "PROCESS_ID": "1"}
+PLACEHOLDER_VALUES = {"N": "2", "PROCESS_ID": "1", "K": "1"}
 OWN_OPTIONS = {"train": ("--resume", "--cpu-devices"), "launch-local": ("--resume", "--cpu-devices", "-n",
                                                                        "--num-processes")}
 
@@ -127,3 +135,74 @@ def test_presets_and_fields_named_in_the_docs_exist():
                 assert option.replace("-", "_") in fields, f"{path} names no field --{option}"
         for preset, overrides in re.findall(r"`([a-z0-9-]+-(?:anakin|sebulba)) (--[^`]+)`", text):
             apply_overrides(PRESETS[preset](), shlex.split(overrides))
+
+
+def _fenced(text: str, language: str) -> list[str]:
+    """The code of every fenced block in `language`."""
+    return re.findall(rf"^```{language}\n(.*?)^```", text, flags=re.S | re.M)
+
+
+def test_python_snippets_compile():
+    """Every ```python block of the docs is valid Python (names are not run)."""
+    snippets = [(path, code) for path in DOCS for code in _fenced(_read(path), "python")]
+    assert len(snippets) >= 8, snippets
+    for path, code in snippets:
+        compile(code, f"{path} (python block)", "exec")
+
+
+def test_relative_links_reach_files():
+    """A relative link (`[text](docs/guides/replay.md#anchor)`) of the README or a site page
+    names a file that exists (the generated reference pages and records are built, not kept)."""
+    generated = ("reference/cli.md", "reference/config/", "reference/presets/", "benchmarks/records",
+                 "getting-started/notebooks/")
+    for path in ["README.md"] + SITE:
+        for target in re.findall(r"\]\(([^)\s]+)\)", _read(path)):
+            target = target.split("#")[0]
+            if not target or re.match(r"[a-z]+:", target):
+                continue
+            resolved = os.path.normpath(os.path.join(REPO, os.path.dirname(path), target))
+            if any(part in os.path.relpath(resolved, os.path.join(REPO, "docs")) for part in generated):
+                continue
+            assert os.path.exists(resolved), f"{path} links to {target}, which does not exist"
+
+
+def _reference_module():
+    spec = importlib.util.spec_from_file_location("docs_reference", os.path.join(REPO, "docs", "hooks", "reference.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_generated_reference_covers_every_preset_field_and_command():
+    """The site's reference is generated from the code (docs/hooks/reference.py): a page per
+    preset naming every one of its fields as an option, a page per config section, and the
+    command page naming every subcommand and option of the parser."""
+    reference = _reference_module()
+    pages = reference.pages()
+    for name, make in PRESETS.items():
+        page = pages[f"reference/presets/{name}.md"]
+        for field in field_paths(make()):
+            assert f"`--{field.replace('_', '-')}`" in page, f"{name}'s page lacks --{field}"
+        assert f"]({name}.md)" in pages["reference/presets/index.md"], name
+    cli = pages["reference/cli.md"]
+    parser = build_parser()
+    for command, sub in parser._subparsers._group_actions[0].choices.items():
+        assert f"## `podracer {command}`" in cli, command
+        for action in sub._actions:
+            for option in action.option_strings:
+                assert f"`{option}`" in cli, f"podracer {command} {option}"
+    for page in reference.config_classes():
+        assert f"reference/config/{page}.md" in pages
+
+
+def test_site_builds_strict(tmp_path):
+    """`mkdocs build --strict`: a broken link, a missing anchor or an API entry that does not
+    resolve fails it."""
+    if any(importlib.util.find_spec(name) is None for name in ("mkdocs", "material", "mkdocstrings_handlers")):
+        pytest.skip("needs the docs extra: pip install -e '.[docs]'")
+    env = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
+           "NO_MKDOCS_2_WARNING": "1"}
+    result = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    assert (tmp_path / "site" / "reference" / "presets" / "ppo-cartpole-anakin" / "index.html").exists()
