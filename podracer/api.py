@@ -42,8 +42,8 @@ def use_own_experiments() -> None:
         where = getattr(loaded, "__file__", None) or list(getattr(loaded, "__path__", []))
         if not isinstance(where, str) or os.path.realpath(where) != os.path.realpath(init):
             raise ImportError(f"podracer needs its own 'experiments' package ({EXPERIMENTS_DIR}), but another module "
-                              f"named 'experiments' is already imported (from {where}); import podracer's first, or "
-                              "rename yours")
+                              f"named 'experiments' is already imported (from {where}); rename yours, or leave it "
+                              "unimported where podracer runs")
         return
     if not os.path.isfile(init):
         raise ImportError(f"podracer's 'experiments' package is missing ({EXPERIMENTS_DIR}); reinstall podracer")

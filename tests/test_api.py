@@ -224,7 +224,7 @@ def test_api_uses_podracers_experiments_beside_a_folder_of_the_users(tmp_path, p
     done = _python("import experiments.mine, podracer; podracer.presets.names()", tmp_path)
     assert done.returncode == 1
     last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("ImportError: podracer needs its own 'experiments' package") and "rename yours" in last
+    assert last.startswith("ImportError: podracer needs its own 'experiments' package") and "; rename yours" in last
     done = _python("import experiments.mine, runpy; runpy.run_module('podracer', run_name='__main__')", tmp_path)
     assert done.returncode == 2
     assert done.stderr.startswith("podracer: error: podracer needs its own 'experiments' package"), done.stderr
