@@ -6,9 +6,11 @@ package on `sys.path` for `python -m` and `python -c`."""
 import glob
 import json
 import os
+import site
 import subprocess
 import sys
 import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -39,6 +41,10 @@ def installed(tmp_path_factory):
     assert not [name for name in names if name.startswith("tests/")]
     _run([sys.executable, "-m", "venv", "--system-site-packages", str(root / "venv")], root, env)
     python, command = str(root / "venv" / "bin" / "python"), str(root / "venv" / "bin" / "podracer")
+    # A venv's --system-site-packages are its base interpreter's: when this one runs in a venv
+    # of its own, its site-packages (the dependencies) come after the new venv's through a .pth.
+    site_dir = _run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], root, env)
+    (Path(site_dir.stdout.strip()) / "podracer-test-dependencies.pth").write_text("\n".join(site.getsitepackages()))
     _run([python, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet", wheel], root, env)
     return python, command, env
 
