@@ -20,11 +20,16 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 # LLVM's cheapest code generation compiles them ~40% faster (and runs them a little slower).
 # XLA:CPU's older (pre-MLIR) fusion emitters and one LLVM module per program, instead of a
 # split for parallel codegen, compile them ~30% faster again and run them no slower
-# (measured on jaxlib 0.10.2; XLA aborts on a flag it does not know, hence the version check).
+# (measured on jaxlib 0.10.2). XLA aborts on a flag it does not know, hence the version checks:
+# from jaxlib 0.11 on there are no older emitters to choose (it knows no
+# `xla_cpu_use_fusion_emitters`); 0.11 and 0.12 keep the codegen split setting.
 # No fast-math either way, but rounding can differ in the last bits; subprocesses inherit the flags.
 _FAST_COMPILE = ("--xla_backend_optimization_level=0", "--xla_llvm_disable_expensive_passes=true")
-if jaxlib_version.startswith("0.10."):
-    _FAST_COMPILE += ("--xla_cpu_use_fusion_emitters=false", "--xla_cpu_parallel_codegen_split_count=1")
+_JAXLIB = tuple(int(part) for part in jaxlib_version.split(".")[:2])
+if _JAXLIB == (0, 10):
+    _FAST_COMPILE += ("--xla_cpu_use_fusion_emitters=false",)
+if (0, 10) <= _JAXLIB <= (0, 12):
+    _FAST_COMPILE += ("--xla_cpu_parallel_codegen_split_count=1",)
 os.environ["XLA_FLAGS"] = " ".join(
     [os.environ.get("XLA_FLAGS", "")] + [f for f in _FAST_COMPILE if f.split("=")[0] not in os.environ.get("XLA_FLAGS", "")]
 ).strip()

@@ -157,30 +157,77 @@ def test_presets_are_one_module_per_algorithm():
     assert union == PRESETS
 
 
-def test_top_level_api_is_lazy_and_complete():
-    assert set(podracer.__all__) == {"evaluate", "plot", "presets", "resume", "train"}
-    assert all(callable(getattr(podracer, name)) for name in ("train", "resume", "evaluate", "plot"))
+def test_top_level_api_is_explicit():
+    """The top level is what `podracer/__init__.py` imports by name and lists in `__all__`:
+    the command's Python API (ordinary functions, documented) and the library's modules;
+    nothing else is resolved on access."""
+    import inspect
+
+    functions = {"evaluate", "plot", "resume", "train"}
+    modules = {"agents", "config", "envs", "networks", "ops", "parallel", "replay", "runner", "types"}
+    assert set(podracer.__all__) == functions | modules | {"presets"}
+    assert not hasattr(podracer, "__getattr__")
+    for name in functions:
+        function = getattr(podracer, name)
+        assert inspect.isfunction(function) and function.__module__ == "podracer.api", name
+        assert "Args:" in function.__doc__ and "Returns:" in function.__doc__, name
+    assert all(inspect.ismodule(getattr(podracer, name)) for name in modules)
+    assert podracer.presets.names() == list(PRESETS)
     with pytest.raises(AttributeError):
         podracer.no_such_thing  # noqa: B018
 
 
-def test_library_modules_are_reachable_from_a_bare_import_podracer():
-    """`import podracer` then `podracer.agents.PPOConfig`, `podracer.config.ConfigError` (as the
-    README names them) works in a fresh process, each module loaded on first use (it used to
-    be an AttributeError unless something had imported the module before)."""
+def _python(code: str, cwd, timeout: float = 120):
     import subprocess
     import sys
 
-    from tests.helpers import REPO, subprocess_env
+    from tests.helpers import subprocess_env
 
-    code = ("import sys, podracer; assert 'podracer.agents' not in sys.modules; "
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=subprocess_env(), capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_import_podracer_is_light_and_reaches_the_library():
+    """`import podracer` in a fresh process starts no JAX backend and imports nothing from the
+    runners or `experiments/` (the layers keep their direction at import time), and the
+    library's modules are attributes of the bare import (`podracer.agents.PPOConfig`)."""
+    from tests.helpers import REPO
+
+    code = ("import sys, podracer; from jax._src import xla_bridge; "
+            "assert not xla_bridge._backends, 'a JAX backend started'; "
+            "above = sorted(m for m in sys.modules if m.split('.')[0] in ('experiments', 'anakin', 'sebulba')); "
+            "assert not above, above; "
             "podracer.agents.PPOConfig, podracer.config.ConfigError, podracer.envs.register_jax_env, podracer.ops; "
             "print('ok')")
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=subprocess_env(), capture_output=True,
-                          text=True, timeout=120)
+    done = _python(code, REPO)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
-    with pytest.raises(AttributeError, match="no attribute '_private'"):
-        podracer._private  # noqa: B018
+
+
+@pytest.mark.parametrize("package", [True, False], ids=["package", "namespace"])
+def test_api_uses_podracers_experiments_beside_a_folder_of_the_users(tmp_path, package):
+    """From a directory with an `experiments/` folder of its own (first on sys.path for
+    `python -c`), the API loads podracer's `experiments` package, the one beside `podracer/`;
+    with the user's already imported, it fails with one line that says so."""
+    from tests.helpers import REPO
+
+    (tmp_path / "experiments").mkdir()
+    (tmp_path / "experiments" / "mine.py").write_text("")
+    if package:
+        (tmp_path / "experiments" / "__init__.py").write_text("")
+    code = ("import sys, podracer; names = podracer.presets.names(); "
+            "print(names[0], sys.modules['experiments'].__file__)")
+    done = _python(code, tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["ppo-cartpole-anakin", os.path.join(REPO, "experiments", "__init__.py")]
+    if not package:  # a namespace folder's modules are not found behind podracer's package
+        return
+    done = _python("import experiments.mine, podracer; podracer.presets.names()", tmp_path)
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: podracer needs its own 'experiments' package") and "; rename yours" in last
+    done = _python("import experiments.mine, runpy; runpy.run_module('podracer', run_name='__main__')", tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.startswith("podracer: error: podracer needs its own 'experiments' package"), done.stderr
 
 
 def test_field_docs_read_trailing_and_leading_comments():
