@@ -310,6 +310,35 @@ def test_a_cache_written_with_another_toolchain_or_library_is_refused(tmp_path, 
         make_pool("synthesis", workers=1, cache_path=str(path))
 
 
+def test_a_run_directory_records_the_synthesis_toolchain(tmp_path):
+    """A synthesis-reward run writes `environment.json` (pyosys version, library file and
+    hash, flow) beside its config; resuming it where they differ is a ConfigError. A run
+    whose rewards depend on the config alone writes none."""
+    from experiments.overrides import apply_overrides
+    from experiments.presets import PRESETS
+    from experiments.train import ENV_RECORD, check_env_record, prepare_run_dir
+    from podracer.config import ConfigError
+
+    config = apply_overrides(PRESETS["dqn-cartpole-sebulba"](), ["--env.id", "PrefixAdderSynth-8"])
+    config = dataclasses.replace(config, run_dir=str(tmp_path / "run"))
+    prepare_run_dir(config.run_dir, config)
+    path = tmp_path / "run" / ENV_RECORD
+    record = json.loads(path.read_text())
+    assert record == {"synthesis": find_synthesis().record()}
+    assert record["synthesis"]["toolchain"].startswith("pyosys ")
+    assert record["synthesis"]["liberty"] == "sky130_fd_sc_hd__tt_025C_1v80__prefix.lib"
+    check_env_record(config.run_dir, config)  # the same installation resumes it
+    path.write_text(json.dumps({"synthesis": dict(record["synthesis"], toolchain="pyosys 0.69")}))
+    with pytest.raises(ConfigError, match=r"was trained with .*pyosys 0.69.*: its rewards would differ") as error:
+        check_env_record(config.run_dir, config)
+    assert "\n" not in str(error.value)
+    analytic = dataclasses.replace(config, env=dataclasses.replace(config.env, id="PrefixAdder-8"),
+                                   run_dir=str(tmp_path / "analytic"))
+    prepare_run_dir(analytic.run_dir, analytic)
+    assert not (tmp_path / "analytic" / ENV_RECORD).exists()
+    check_env_record(analytic.run_dir, analytic)
+
+
 def test_the_default_cache_file_is_one_per_toolchain(monkeypatch):
     monkeypatch.delenv("PODRACER_PREFIX_CACHE", raising=False)
     assert host_env.default_cache_path().endswith(f"prefix-synthesis-{find_synthesis().identity}.jsonl")

@@ -259,9 +259,9 @@ def run_yosys(commands: Sequence[Sequence[str]], files: Mapping[str, str] | None
 
 
 def synthesis_commands(spec: SynthesisSpec) -> list[list[str]]:
-    """Read `{dir}/adder.v`, make its gates Yosys's gate cells, and map them with ABC's
-    `spec.flow` onto `spec.liberty`."""
-    return [["read_verilog", "{dir}/adder.v"], ["techmap"],
+    """Read `{dir}/adder.v`, make its gates Yosys's gate cells (`simplemap`: one cell per
+    gate), and map them with ABC's `spec.flow` onto `spec.liberty`."""
+    return [["read_verilog", "{dir}/adder.v"], ["simplemap"],
             ["abc", "-liberty", os.path.abspath(spec.liberty), "-script", "+" + spec.flow]]
 
 
