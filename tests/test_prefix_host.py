@@ -287,6 +287,7 @@ def test_a_cache_written_with_another_toolchain_or_library_is_refused(tmp_path, 
     spec = find_synthesis()
     path = tmp_path / "cache.jsonl"
     with RewardPool(spec, cache_path=str(path), workers=1) as pool:
+        assert isinstance(pool._executor, cf.ThreadPoolExecutor)  # each thread drives a Yosys process
         costs = pool.costs([sklansky(8)], timeout_s=60)
     header, row = path.read_text().splitlines()
     assert json.loads(header) == {"toolchain": spec.record()}
