@@ -35,6 +35,11 @@ def main() -> None:
         design = libyosys.Design()
         for k, command in enumerate(json.loads(line)):
             libyosys.Pass.call(design, ["tee", "-q", "-a" if k else "-o", log_path, *command])
+        del design
+        # Free the names the commands made (ABC's netlist has new ones every time): without
+        # this the process grows by about 0.1 MB a synthesis.
+        libyosys.request_garbage_collection()
+        libyosys.try_collect_garbage()
         with open(log_path, errors="replace") as f:
             log = f.read()
         answers.write(json.dumps({"log": log}) + "\n")
