@@ -2,9 +2,11 @@
 
 Actors `submit` graphs and carry on; each request is a `concurrent.futures.Future` of
 `(area, delay)`. `wait` collects a batch of them with a deadline (a bounded wait: an actor
-never blocks longer, it gets `RewardTimeout`). The pool takes any `Executor`: by default a
-process pool over this host's CPUs; a Dask or Ray executor turns remote machines into
-reward CPUs. Under several processes, each process (host) builds its own pool.
+never blocks longer, it gets `RewardTimeout`). The pool takes any `Executor`: by default,
+for synthesis, one thread per CPU of this host, each driving a Yosys process of its own
+(Yosys is not thread-safe, and an error ends its process, never the caller's); a Dask or
+Ray executor turns remote machines into reward CPUs. Under several processes, each process
+(host) builds its own pool.
 
 Costs are cached by graph, toolchain, library and flow (`SynthesisSpec.identity`), in memory
 and in an append-only JSON-lines file: a resumed run, or any later run with the same cache
