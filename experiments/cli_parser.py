@@ -102,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     baseline.add_argument("--workers", type=int, default=None, help="synthesis processes (default: every CPU)")
     baseline.add_argument("--cache", default=None, metavar="FILE",
                           help="synthesis cache (default $PODRACER_PREFIX_CACHE or "
-                               "~/.cache/podracer/prefix-synthesis.jsonl)")
+                               "~/.cache/podracer/prefix-synthesis-<toolchain hash>.jsonl)")
     baseline.add_argument("--json", action="store_true", help="print one JSON object")
 
     front = commands.add_parser("prefix-front", help="the Pareto front of a prefix-adder search or run",

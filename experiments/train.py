@@ -1,9 +1,12 @@
 """`train(config)` and `resume(run_dir)`: the entry points the command line and notebooks share.
 
 `train` validates the config (before anything compiles), prepares the run directory
-(resolved config, metrics.jsonl, TensorBoard events, checkpoints) and hands the config to
-the runner of its architecture. `resume` continues a run from its latest checkpoint with
-the config saved in its directory; the result is the same as if it had never stopped.
+(resolved config, metrics.jsonl, TensorBoard events, checkpoints, and `environment.json`
+where the rewards depend on more than the config: a synthesis-reward prefix adder's
+toolchain and cell library) and hands the config to the runner of its architecture.
+`resume` continues a run from its latest checkpoint with the config saved in its
+directory, on an installation with the same `environment.json`; the result is the same as
+if it had never stopped.
 """
 
 from __future__ import annotations
@@ -24,11 +27,13 @@ from podracer import distributed
 from podracer.checkpoint import Checkpointer, NoCheckpointError, Progress, checkpoint_dir
 from podracer.config import Config, ConfigError, DistributedConfig
 from podracer.distributed import NO_WAITS, Waits
+from podracer.envs.host import host_env_record
 from podracer.logging import ConsoleProgress, JsonlSink, MultiSink, TensorBoardSink, WandbSink, wandb_available
 from podracer.runner.sizes import update_sizes
 from podracer.runner.warm_start import check_source
 
 MetricsCallback = Callable[[dict[str, Any]], None]
+ENV_RECORD = "environment.json"  # what the rewards depend on beyond the config (`host_env_record`)
 
 
 def runner_for(config: Config) -> Any:
@@ -96,11 +101,38 @@ def prepare_run_dir(run_dir: str, config: Config, defaulted: bool = False) -> No
         os.makedirs(run_dir, exist_ok=True)
         with open(os.path.join(run_dir, "config.json"), "x" if defaulted else "w", encoding="utf-8") as f:
             json.dump(config_lib.to_dict(config), f, indent=2)
+        record = host_env_record(config.env)
+        if record is not None:
+            with open(os.path.join(run_dir, ENV_RECORD), "w", encoding="utf-8") as f:
+                json.dump(record, f, indent=2)
     except FileExistsError:
         raise ConfigError(f"run_dir {run_dir!r} was taken by another run started at the same moment; "
                           "give each run its own --run-dir") from None
     except OSError as error:
         raise ConfigError(f"run_dir {run_dir!r} is not writable: {error.strerror or error}") from None
+
+
+def check_env_record(run_dir: str, config: Config) -> None:
+    """ConfigError unless this installation computes the run's rewards as the one that
+    trained it: `RUN_DIR/environment.json` (absent where the rewards depend on the config
+    alone) equals `host_env_record(config.env)` here.
+
+    Args:
+        run_dir: the run being resumed.
+        config: its saved config.
+    """
+    path = os.path.join(run_dir, ENV_RECORD)
+    try:
+        with open(path, encoding="utf-8") as f:
+            saved = json.load(f)
+    except FileNotFoundError:
+        saved = None
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"{path} cannot be read: {error}") from None
+    record = host_env_record(config.env)
+    if saved != record:
+        raise ConfigError(f"{run_dir!r} was trained with {json.dumps(saved)} ({ENV_RECORD}), and this installation "
+                          f"has {json.dumps(record)}: its rewards would differ; resume it where they are the same")
 
 
 def check_logging(config: Config) -> None:
@@ -276,6 +308,8 @@ def check_setup(runner: Any, config: Config, waits: Waits, new_run: bool = False
     def checks() -> Any:
         prepared = runner.setup(config)
         check_logging(config)
+        if not new_run:
+            check_env_record(config.run_dir, config)
         if new_run and config.checkpoint.init_from is not None:
             check_source(config.checkpoint.init_from, prepared.agent)
         return prepared

@@ -10,14 +10,9 @@ import pytest
 from experiments.benchmarks import prefix as bench_prefix
 from experiments.cli import main
 from podracer.envs.prefix import graph as G
-from podracer.envs.prefix import synthesis
 from podracer.envs.prefix.builders import classic_adders
 from podracer.envs.prefix.front import grid_rows
-from podracer.envs.prefix.reward_pool import RewardPool, analytic_cost, cache_designs
-
-needs_synthesis = pytest.mark.skipif(
-    not synthesis.synthesis_available(),
-    reason=f"Yosys/ABC or the cell library is missing (apt-get install {synthesis.APT_PACKAGES})")
+from podracer.envs.prefix.reward_pool import CacheMismatch, RewardPool, analytic_cost, cache_designs, graph_key
 
 
 def random_graphs(bits, count, seed):
@@ -27,16 +22,19 @@ def random_graphs(bits, count, seed):
 
 def test_a_cache_file_records_every_graph_synthesised_under_its_flow(tmp_path):
     """The cache rows hold the graphs: `cache_designs` gives back each distinct graph once
-    with its cost, skips rows of another flow and rows without a graph (older caches)."""
+    with its cost, skips its toolchain header, rows of another flow (a pool refuses to
+    write them) and rows without a graph (older caches)."""
     path = str(tmp_path / "cache.jsonl")
     graphs = random_graphs(8, 10, seed=1) + list(classic_adders(8).values())
     with RewardPool(evaluate=analytic_cost, identity="analytic-0", executor=cf.ThreadPoolExecutor(2),
                     cache_path=path) as pool:
         pool.costs(graphs + graphs[:4], timeout_s=30)
-    with RewardPool(evaluate=analytic_cost, identity="another-flow", executor=cf.ThreadPoolExecutor(1),
-                    cache_path=path) as pool:
-        pool.costs(graphs[:3], timeout_s=30)
+    with pytest.raises(CacheMismatch):
+        RewardPool(evaluate=analytic_cost, identity="another-flow", executor=cf.ThreadPoolExecutor(1), cache_path=path)
     with open(path, "a") as f:
+        for g in graphs[:3]:  # rows of another flow, written by hand
+            row = {"key": graph_key(g, "another-flow"), "area": 1.0, "delay": 1.0, "grid": grid_rows(g)}
+            f.write(json.dumps(row) + "\n")
         f.write(json.dumps({"key": "0" * 32, "area": 1.0, "delay": 1.0}) + "\n")
     designs = cache_designs(path, "analytic-0")
     unique = {g.tobytes(): g for g in graphs}
@@ -84,8 +82,7 @@ def test_bench_prefix_user_errors_exit_2_before_training(tmp_path, capsys):
         assert len(stderr.strip().splitlines()) == 1
 
 
-@pytest.mark.slow  # ~13 s: three synthesis pools (spawned processes), fronts and plots
-@needs_synthesis
+@pytest.mark.slow  # ~13 s: three synthesis pools (Yosys processes), fronts and plots
 def test_bench_prefix_on_a_finished_run_gives_the_baselines_its_budget(tmp_path):
     """A run directory whose cache holds the agent's syntheses: the table's budget is their
     number, every baseline evaluates exactly that many distinct graphs, every front is judged

@@ -1,8 +1,9 @@
 """The prefix-adder host environment (Sebulba) and its reward pool: agreement with the JAX
-form, the cache that never synthesises a graph twice, bounded waits, and synthesis with
-Yosys/ABC (skipped where Yosys is not installed)."""
+form, the cache that never synthesises a graph twice and refuses another toolchain's costs,
+bounded waits, and synthesis with Yosys/ABC (pyosys) onto the packaged cell library."""
 
 import concurrent.futures as cf
+import dataclasses
 import json
 import threading
 import time
@@ -21,12 +22,8 @@ from podracer.envs.prefix.builders import classic_adders, sklansky
 from podracer.envs.prefix.env import PrefixAdderEnv
 from podracer.envs.prefix.front import Design, pareto_front
 from podracer.envs.prefix.host_env import PrefixHostEnv, prefix_host_specs
-from podracer.envs.prefix.reward_pool import RewardPool, RewardTimeout, analytic_cost
+from podracer.envs.prefix.reward_pool import CacheMismatch, RewardPool, RewardTimeout, analytic_cost
 from podracer.envs.prefix.synthesis import SynthesisResult, SynthesisUnavailable, find_synthesis
-
-needs_yosys = pytest.mark.skipif(not synthesis.synthesis_available(),
-                                 reason=f"Yosys/ABC or the cell library is missing (apt-get install "
-                                        f"{synthesis.APT_PACKAGES})")
 
 
 def random_graphs(n, count, seed):
@@ -81,9 +78,9 @@ def test_host_env_by_id_and_its_specs():
     assert step.timestep.truncated.all() and step.episode_end.all()
 
 
-def test_missing_yosys_is_one_line_naming_the_apt_packages(monkeypatch):
-    monkeypatch.setattr(synthesis.shutil, "which", lambda name: None)
-    with pytest.raises(SynthesisUnavailable, match="apt-get install yosys qflow-tech-osu018") as error:
+def test_missing_pyosys_is_one_line_naming_the_pip_package(monkeypatch):
+    monkeypatch.setattr(synthesis, "pyosys_version", lambda: None)
+    with pytest.raises(SynthesisUnavailable, match="pip install pyosys") as error:
         prefix_host_specs("PrefixAdderSynth-16")
     assert "\n" not in str(error.value)
     from experiments.overrides import apply_overrides
@@ -92,7 +89,7 @@ def test_missing_yosys_is_one_line_naming_the_apt_packages(monkeypatch):
     from sebulba.runner import setup
 
     config = apply_overrides(PRESETS["dqn-cartpole-sebulba"](), ["--env.id", "PrefixAdderSynth-16"])
-    with pytest.raises(ConfigError, match="env.id: synthesis rewards need .* apt-get install yosys"):
+    with pytest.raises(ConfigError, match="env.id: synthesis rewards need .* pip install pyosys"):
         setup(config)
 
 
@@ -127,12 +124,13 @@ def test_reward_pool_cache_persists_and_a_resumed_run_never_synthesises_twice(tm
         assert resumed.calls == 0 and pool.metrics()["cache_hit_rate"] == 1.0
         pool.costs([random_graphs(9, 1, seed=4)[0]], timeout_s=30)
         assert resumed.calls == 1
-    other = CountingCost()  # another flow or library: nothing reused
-    with RewardPool(evaluate=other, identity="other-flow", executor=cf.ThreadPoolExecutor(1), cache_path=path) as pool:
-        pool.costs(graphs[-2:], timeout_s=30)  # Kogge-Stone and Brent-Kung
-        assert other.calls == 2
+    with pytest.raises(CacheMismatch, match="written with identity analytic, not with this installation's "
+                                            "identity other-flow"):  # another flow or library: refused
+        RewardPool(evaluate=CountingCost(), identity="other-flow", executor=cf.ThreadPoolExecutor(1), cache_path=path)
     with open(path) as f:
-        assert all("key" in json.loads(line) for line in f.read().splitlines()[-3:])
+        lines = f.read().splitlines()
+    assert json.loads(lines[0]) == {"toolchain": {"identity": "analytic"}}
+    assert lines[-2] == '{"key": "cut by a cra' and "key" in json.loads(lines[-1])  # a new row starts its own line
 
 
 def test_a_damaged_cache_line_that_is_not_utf8_costs_that_line_only(tmp_path):
@@ -180,7 +178,6 @@ def test_a_cache_file_that_cannot_be_written_fails_at_once_naming_it(tmp_path, m
     with pytest.raises(ValueError, match="synthesis cache .* cannot be read and appended to"):
         RewardPool(evaluate=analytic_cost, identity="a", executor=cf.ThreadPoolExecutor(1), cache_path=str(tmp_path))
     monkeypatch.setenv("PODRACER_PREFIX_CACHE", str(tmp_path))
-    monkeypatch.setattr(host_env, "find_synthesis", lambda: None)
     with pytest.raises(ValueError, match=r"^\$PODRACER_PREFIX_CACHE: the synthesis cache"):
         prefix_host_specs("PrefixAdderSynth-8")
     path = tmp_path / "costs.jsonl"
@@ -215,7 +212,6 @@ def test_reward_pool_default_executor_is_a_process_pool(tmp_path):
     np.testing.assert_array_equal(costs, [[G.area(g), G.delay(g)] for g in classic_adders(16).values()])
 
 
-@needs_yosys
 def test_structure_preserving_synthesis_keeps_the_classic_order_at_32_bits():
     spec = find_synthesis()
     got = {name: synthesis.synthesize(g, spec) for name, g in classic_adders(32).items()}
@@ -225,35 +221,148 @@ def test_structure_preserving_synthesis_keeps_the_classic_order_at_32_bits():
     assert area["ripple"] < area["brent-kung"] < area["sklansky"] < area["kogge-stone"], area
 
 
-def test_a_synthesis_that_runs_past_its_timeout_is_a_synthesis_error(tmp_path):
-    """A hung `yosys-abc` raises SynthesisError naming the timeout (not subprocess's
-    TimeoutExpired with ABC's whole command line)."""
-    hung = tmp_path / "yosys-abc"
-    hung.write_text("#!/bin/sh\nsleep 30\n")
-    hung.chmod(0o755)
-    spec = synthesis.SynthesisSpec(str(hung), str(tmp_path / "cells.lib"), timeout_s=0.2)
-    with pytest.raises(synthesis.SynthesisError, match=r"did not finish within 0.2 s"):
-        synthesis.synthesize(sklansky(8), spec)
+def test_synthesis_is_deterministic_across_calls_and_yosys_processes():
+    """A real 8-bit adder through pyosys onto the packaged library: positive area and delay,
+    the same twice in one Yosys process and again in another (another thread's)."""
+    spec = find_synthesis()
+    assert spec.toolchain.startswith("pyosys ") and spec.liberty == synthesis.LIBERTY
+    nodes = random_graphs(8, 1, seed=3)[0]
+    first, second = synthesis.synthesize(nodes, spec), synthesis.synthesize(nodes, spec)
+    assert first.area > 0 and first.delay > 0 and first[:2] == second[:2]
+    with cf.ThreadPoolExecutor(1) as other:  # a new thread starts a Yosys process of its own
+        third = other.submit(synthesis.synthesize, nodes, spec).result()
+        assert other.submit(lambda: synthesis.yosys_process().pid).result() != synthesis.yosys_process().pid
+    assert third[:2] == first[:2]
 
 
-@needs_yosys
-def test_synthesis_mapping_is_equivalent_to_the_netlist(tmp_path):
-    """ABC's combinational equivalence check: the mapped adder equals the graph's netlist."""
-    from podracer.envs.prefix.netlist import to_blif
+def test_a_yosys_process_does_not_grow_with_its_syntheses():
+    """A long run's Yosys process frees what each synthesis made (about 0.1 MB a synthesis
+    without Yosys's garbage collection of names)."""
+    spec = find_synthesis()
+    graphs = random_graphs(16, 70, seed=11)
+
+    def resident_mb():
+        with open(f"/proc/{synthesis.yosys_process().pid}/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmRSS")) / 1024
+
+    for nodes in graphs[:10]:
+        synthesis.synthesize(nodes, spec)
+    before = resident_mb()
+    for nodes in graphs[10:]:
+        synthesis.synthesize(nodes, spec)
+    assert resident_mb() - before < 2.5
+
+
+def test_a_synthesis_that_runs_past_its_timeout_is_a_synthesis_error_and_the_next_one_works():
+    """A Yosys process that does not answer within `timeout_s` is ended (SynthesisError naming
+    the timeout); the thread's next synthesis starts a fresh one."""
+    spec = find_synthesis()
+    synthesis.synthesize(sklansky(8), spec)  # the thread's Yosys process is running
+    with pytest.raises(synthesis.SynthesisError, match=r"did not finish its commands within 0.001 s"):
+        synthesis.synthesize(classic_adders(32)["kogge-stone"], dataclasses.replace(spec, timeout_s=0.001))
+    assert synthesis.synthesize(sklansky(8), spec).area > 0
+
+
+def test_a_failing_synthesis_is_one_line_and_the_next_one_works(tmp_path):
+    """Yosys ends its process on an error: the caller gets a SynthesisError on one line with
+    Yosys's message (never a dead caller), and the next synthesis runs in a fresh process."""
+    spec = find_synthesis()
+    broken = tmp_path / "broken.lib"
+    broken.write_text("library (broken) {\n  cell (x) { area : 1;\n")
+    with pytest.raises(synthesis.SynthesisError, match="Yosys exited with status 1 during its commands: .*ABC") as error:
+        synthesis.synthesize(sklansky(8), dataclasses.replace(spec, liberty=str(broken)))
+    assert "\n" not in str(error.value)
+    assert synthesis.synthesize(sklansky(8), spec).area > 0
+
+
+def test_the_mapped_adder_is_formally_an_adder():
+    """Yosys proves the netlist ABC mapped onto the library's cells (their Liberty functions)
+    equal to `a + b` for every input (SAT on a miter); a wrong reference fails the proof."""
+    from podracer.envs.prefix.netlist import to_verilog
 
     spec = find_synthesis()
-    nodes = random_graphs(16, 1, seed=7)[0]
-    reference = tmp_path / "reference.blif"
-    reference.write_text(to_blif(nodes))
-    checked = synthesis.SynthesisSpec(spec.abc, spec.liberty, f"{spec.flow}; cec {reference}")
-    assert "Networks are equivalent" in synthesis.run_abc(to_blif(nodes), checked)
-    wrong = tmp_path / "wrong.blif"
-    wrong.write_text(to_blif(nodes).replace("\n11 1\n", "\n10 1\n", 1))  # g_0 = a_0 & ~b_0
-    broken = synthesis.SynthesisSpec(spec.abc, spec.liberty, f"{spec.flow}; cec {wrong}")
-    assert "Networks are equivalent" not in synthesis.run_abc(to_blif(nodes), broken)
+    n = 16
+    reference = (f"module reference(input [{n - 1}:0] a, input [{n - 1}:0] b, output [{n}:0] s);\n"
+                 "  assign s = a + b;\nendmodule\n")
+    proof = synthesis.synthesis_commands(spec) + [
+        ["read_liberty", "-ignore_miss_func", spec.liberty], ["read_verilog", "{dir}/reference.v"], ["proc"],
+        ["miter", "-equiv", "-flatten", "-make_assert", "prefix_adder", "reference", "miter"],
+        ["hierarchy", "-top", "miter"], ["sat", "-verify", "-prove-asserts", "miter"]]
+    adder = to_verilog(random_graphs(n, 1, seed=7)[0])
+    log = synthesis.run_yosys(proof, {"adder.v": adder, "reference.v": reference})
+    assert "sky130_fd_sc_hd__" in log and "SUCCESS!" in log
+    with pytest.raises(synthesis.SynthesisError, match="proof did fail"):
+        synthesis.run_yosys(proof, {"adder.v": adder, "reference.v": reference.replace("a + b", "a + b + 1")})
 
 
-@needs_yosys
+def test_a_cache_written_with_another_toolchain_or_library_is_refused(tmp_path, monkeypatch):
+    """The cache file starts with the toolchain record of the pool that wrote it; a pool (and
+    the host env's specs, and `prefix-baseline`) refuses a file recorded under another pyosys
+    version or library, or written without a record, in one line that names the file."""
+    from experiments.prefix import make_pool
+    from podracer.config import ConfigError
+
+    spec = find_synthesis()
+    path = tmp_path / "cache.jsonl"
+    with RewardPool(spec, cache_path=str(path), workers=1) as pool:
+        assert isinstance(pool._executor, cf.ThreadPoolExecutor)  # each thread drives a Yosys process
+        costs = pool.costs([sklansky(8)], timeout_s=60)
+    header, row = path.read_text().splitlines()
+    assert json.loads(header) == {"toolchain": spec.record()}
+    assert spec.record()["liberty_sha256"] == synthesis.file_sha256(synthesis.LIBERTY)
+    with RewardPool(spec, cache_path=str(path), workers=1) as pool:
+        np.testing.assert_array_equal(pool.costs([sklansky(8)], timeout_s=60), costs)
+        assert pool.metrics()["syntheses"] == 0
+    other_version = dict(spec.record(), toolchain="pyosys 0.69")
+    other_library = dict(spec.record(), liberty="osu018_stdcells.lib", liberty_sha256="0" * 64)
+    for record in (other_version, other_library, None):
+        lines = [row] if record is None else [json.dumps({"toolchain": record}), row]
+        path.write_text("\n".join(lines) + "\n")
+        with pytest.raises(CacheMismatch, match=r"^the synthesis cache .*cache.jsonl' was written with") as error:
+            RewardPool(spec, cache_path=str(path), workers=1)
+        assert "\n" not in str(error.value) and "pyosys 0.70" in str(error.value)
+    monkeypatch.setenv("PODRACER_PREFIX_CACHE", str(path))
+    with pytest.raises(ValueError, match=r"^\$PODRACER_PREFIX_CACHE: the synthesis cache .* was written with "
+                                         r"no recorded toolchain, not with this installation's pyosys"):
+        prefix_host_specs("PrefixAdderSynth-8")
+    with pytest.raises(ConfigError, match="--cache: the synthesis cache .* was written with"):
+        make_pool("synthesis", workers=1, cache_path=str(path))
+
+
+def test_a_run_directory_records_the_synthesis_toolchain(tmp_path):
+    """A synthesis-reward run writes `environment.json` (pyosys version, library file and
+    hash, flow) beside its config; resuming it where they differ is a ConfigError. A run
+    whose rewards depend on the config alone writes none."""
+    from experiments.overrides import apply_overrides
+    from experiments.presets import PRESETS
+    from experiments.train import ENV_RECORD, check_env_record, prepare_run_dir
+    from podracer.config import ConfigError
+
+    config = apply_overrides(PRESETS["dqn-cartpole-sebulba"](), ["--env.id", "PrefixAdderSynth-8"])
+    config = dataclasses.replace(config, run_dir=str(tmp_path / "run"))
+    prepare_run_dir(config.run_dir, config)
+    path = tmp_path / "run" / ENV_RECORD
+    record = json.loads(path.read_text())
+    assert record == {"synthesis": find_synthesis().record()}
+    assert record["synthesis"]["toolchain"].startswith("pyosys ")
+    assert record["synthesis"]["liberty"] == "sky130_fd_sc_hd__tt_025C_1v80__prefix.lib"
+    check_env_record(config.run_dir, config)  # the same installation resumes it
+    path.write_text(json.dumps({"synthesis": dict(record["synthesis"], toolchain="pyosys 0.69")}))
+    with pytest.raises(ConfigError, match=r"was trained with .*pyosys 0.69.*: its rewards would differ") as error:
+        check_env_record(config.run_dir, config)
+    assert "\n" not in str(error.value)
+    analytic = dataclasses.replace(config, env=dataclasses.replace(config.env, id="PrefixAdder-8"),
+                                   run_dir=str(tmp_path / "analytic"))
+    prepare_run_dir(analytic.run_dir, analytic)
+    assert not (tmp_path / "analytic" / ENV_RECORD).exists()
+    check_env_record(analytic.run_dir, analytic)
+
+
+def test_the_default_cache_file_is_one_per_toolchain(monkeypatch):
+    monkeypatch.delenv("PODRACER_PREFIX_CACHE", raising=False)
+    assert host_env.default_cache_path().endswith(f"prefix-synthesis-{find_synthesis().identity}.jsonl")
+
+
 def test_synthesis_host_env_rewards_are_synthesised_cost_changes(tmp_path):
     spec = find_synthesis()
     pool = RewardPool(spec, executor=cf.ThreadPoolExecutor(2), cache_path=str(tmp_path / "c.jsonl"))

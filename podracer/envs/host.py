@@ -236,7 +236,7 @@ def host_env_specs(env_config: EnvConfig) -> tuple[ObservationSpec, ActionSpec]:
     """Observation and action specs of a host environment, without building a batch.
 
     A prefix adder's observation spec is a `MaskedObs` of `ObsSpec`s; asking for synthesis
-    rewards where Yosys is missing raises `SynthesisUnavailable` (a ValueError, one line).
+    rewards where pyosys is missing raises `SynthesisUnavailable` (a ValueError, one line).
     """
     obs_spec, action_spec = _backend_specs(env_config)
     if env_config.observe:
@@ -259,6 +259,25 @@ def _backend_specs(env_config: EnvConfig) -> tuple[ObservationSpec, ActionSpec]:
     if backend == "jax":
         return jax_host.jax_host_specs(env_config)
     return gymnasium_env.gymnasium_specs(env_config)
+
+
+def host_env_record(env_config: EnvConfig) -> dict[str, Any] | None:
+    """What an environment's rewards depend on beyond its config, for the run directory
+    (`experiments.train` writes it to `RUN_DIR/environment.json`): a synthesis-reward prefix
+    adder's toolchain, cell library and flow; None for every other environment.
+
+    Args:
+        env_config: the run's environment section.
+
+    Returns:
+        A JSON-able dict, or None.
+    """
+    if not _is_prefix_id(env_config.id):
+        return None
+    from podracer.envs.prefix.host_env import synthesis_record
+
+    record = synthesis_record(env_config.id)
+    return None if record is None else {"synthesis": record}
 
 
 def make_host_env(env_config: EnvConfig, num_envs: int, seed: int, num_threads: int = 0) -> HostEnv:

@@ -53,9 +53,18 @@ def parse_host_id(env_id: str) -> dict[str, Any] | None:
 
 
 def default_cache_path() -> str:
-    """`$PODRACER_PREFIX_CACHE`, else `~/.cache/podracer/prefix-synthesis.jsonl`."""
+    """`$PODRACER_PREFIX_CACHE`, else `~/.cache/podracer/prefix-synthesis-<identity>.jsonl`,
+    one file per toolchain, library and flow (`SynthesisSpec.identity` of `find_synthesis()`,
+    so SynthesisUnavailable where synthesis is)."""
     return os.environ.get(CACHE_ENV_VAR) or os.path.join(os.path.expanduser("~"), ".cache", "podracer",
-                                                         "prefix-synthesis.jsonl")
+                                                         f"prefix-synthesis-{find_synthesis().identity}.jsonl")
+
+
+def synthesis_record(env_id: str) -> dict[str, str] | None:
+    """What a prefix-adder id's rewards depend on beyond its config: for synthesis rewards
+    the toolchain, cell library and flow (`SynthesisSpec.record`), else None."""
+    spec = parse_host_id(env_id)
+    return find_synthesis().record() if spec is not None and spec["synthesis"] else None
 
 
 _SHARED: dict[tuple, RewardPool] = {}
@@ -256,12 +265,13 @@ def prefix_host_specs(env_id: str, max_episode_steps: int | None = None,
     """Observation and action specs of a host prefix-adder id, checking its options
     (`params`, see `prefix_options`; ConfigError naming `env.params`), that synthesis is
     available where the id asks for it (SynthesisUnavailable otherwise) and that its cache
-    file can be written (ValueError naming `$PODRACER_PREFIX_CACHE`)."""
+    file can be written and was written with this installation's toolchain, library and
+    flow (ValueError naming `$PODRACER_PREFIX_CACHE`)."""
     kwargs, options = _parsed(env_id, params)
     if kwargs.pop("synthesis"):
-        find_synthesis()
+        record = find_synthesis().record()
         try:
-            check_cache_file(default_cache_path())
+            check_cache_file(default_cache_path(), record)
         except ValueError as error:
             raise ValueError(f"${CACHE_ENV_VAR}: {error}") from None
     env = PrefixAdderEnv(horizon=max_episode_steps, **kwargs, **jax_form_options(options))

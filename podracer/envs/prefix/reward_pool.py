@@ -2,16 +2,21 @@
 
 Actors `submit` graphs and carry on; each request is a `concurrent.futures.Future` of
 `(area, delay)`. `wait` collects a batch of them with a deadline (a bounded wait: an actor
-never blocks longer, it gets `RewardTimeout`). The pool takes any `Executor`: by default a
-process pool over this host's CPUs; a Dask or Ray executor turns remote machines into
-reward CPUs. Under several processes, each process (host) builds its own pool.
+never blocks longer, it gets `RewardTimeout`). The pool takes any `Executor`: by default,
+for synthesis, one thread per CPU of this host, each driving a Yosys process of its own
+(Yosys is not thread-safe, and an error ends its process, never the caller's); a Dask or
+Ray executor turns remote machines into reward CPUs. Under several processes, each process
+(host) builds its own pool.
 
-Costs are cached by graph, flow and library (`SynthesisSpec.identity`), in memory and in an
-append-only JSON-lines file: a resumed run, or any later run with the same cache file,
-never synthesises a graph twice. A graph already being synthesised is not submitted again.
-Each row of the file also holds the graph (`grid`, as `designs.jsonl` writes it), so a
-fresh cache file is the record of every distinct graph a run synthesised
-(`cache_designs`): the honest count of its syntheses.
+Costs are cached by graph, toolchain, library and flow (`SynthesisSpec.identity`), in memory
+and in an append-only JSON-lines file: a resumed run, or any later run with the same cache
+file, never synthesises a graph twice. A graph already being synthesised is not submitted
+again. The file's first row, `{"toolchain": ...}`, records what its costs were computed
+with (`SynthesisSpec.record`: pyosys version, library file and SHA-256, flow); a pool
+refuses a cache file written under another record (`CacheMismatch`), so every machine that
+shares a cache computes the same area and delay. Each cost row also holds the graph
+(`grid`, as `designs.jsonl` writes it), so a fresh cache file is the record of every
+distinct graph a run synthesised (`cache_designs`): the honest count of its syntheses.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import multiprocessing
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -36,6 +41,11 @@ Evaluate = Callable[[np.ndarray], SynthesisResult]
 
 class RewardTimeout(TimeoutError):
     """Synthesis results did not arrive within the bounded wait."""
+
+
+class CacheMismatch(ValueError):
+    """A cache file was written with another toolchain, cell library or flow (or with none
+    recorded); the message names the file and both records, on one line."""
 
 
 def graph_key(nodes: np.ndarray, identity: str) -> str:
@@ -54,10 +64,42 @@ def analytic_cost(nodes: np.ndarray, fanout_weight: float = 0.0) -> SynthesisRes
 
 
 def default_executor(workers: int | None = None) -> cf.Executor:
-    """A process pool over this host's CPUs. Its processes are spawned (not forked: forking
-    a process that runs JAX's threads can deadlock)."""
+    """A process pool over this host's CPUs, for an `evaluate` function. Its processes are
+    spawned (not forked: forking a process that runs JAX's threads can deadlock)."""
     return cf.ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1,
                                   mp_context=multiprocessing.get_context("spawn"))
+
+
+def synthesis_executor(workers: int | None = None) -> cf.Executor:
+    """Threads over this host's CPUs, for synthesis: each thread drives a Yosys process of
+    its own (`synthesis.yosys_process`), so the syntheses run in parallel processes."""
+    return cf.ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1, thread_name_prefix="synthesis")
+
+
+def describe_record(record: Mapping[str, str] | None) -> str:
+    """A toolchain record on one line, e.g. `pyosys 0.70, sky130_...lib (sha256 51cbc85c2bfa), flow '...'`."""
+    if not record:
+        return "no recorded toolchain"
+    if "liberty" not in record:
+        return ", ".join(f"{key} {value}" for key, value in sorted(record.items()))
+    return (f"{record.get('toolchain')}, {record.get('liberty')} (sha256 {str(record.get('liberty_sha256'))[:12]}), "
+            f"flow {record.get('flow')!r}")
+
+
+def cache_record(path: str) -> dict[str, str] | None:
+    """The toolchain record a cache file starts with (`{"toolchain": ...}`), or None when it
+    has none. A file that is empty, or holds only a header cut by a crash, gives `{}`."""
+    with open(path, errors="replace") as f:
+        first = f.readline()
+        rest = f.read(1)
+    if not first.strip():
+        return {}
+    try:
+        row = json.loads(first)
+    except ValueError:
+        return {} if not rest and not first.endswith("\n") else None
+    record = row.get("toolchain") if isinstance(row, dict) else None
+    return {str(k): str(v) for k, v in record.items()} if isinstance(record, dict) else None
 
 
 def cache_designs(path: str, identity: str) -> list[Design]:
@@ -80,18 +122,30 @@ def cache_designs(path: str, identity: str) -> list[Design]:
     return designs
 
 
-def check_cache_file(path: str) -> None:
-    """Create the cache file (and its directory) if missing and check that it can be read
-    and appended to: ValueError naming the path otherwise, before any synthesis is spent."""
+def check_cache_file(path: str, record: Mapping[str, str] | None = None) -> None:
+    """Check a cache file before any synthesis is spent.
+
+    Args:
+        path: the cache file; created (with its directory) if missing.
+        record: what this installation computes costs with (`SynthesisSpec.record`); None:
+            the file's record is not checked.
+
+    Raises:
+        ValueError naming the path when the file cannot be read and appended to;
+        CacheMismatch when it records another toolchain, library or flow than `record`
+        (or none, while it holds costs).
+    """
     try:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         with open(path, "a"):
             pass
-        with open(path):
-            pass
+        found = cache_record(path)
     except OSError as error:
         raise ValueError(f"the synthesis cache {path!r} cannot be read and appended to: "
                          f"{error.strerror or error}") from None
+    if record is not None and found != {} and found != dict(record):
+        raise CacheMismatch(f"the synthesis cache {path!r} was written with {describe_record(found)}, not with "
+                            f"this installation's {describe_record(record)}; give another cache file")
 
 
 class RewardPool:
@@ -100,28 +154,35 @@ class RewardPool:
     spec:       a `SynthesisSpec` (synthesis by `synthesize` in the workers), or
     evaluate:   any picklable `nodes -> SynthesisResult` with its own `identity` string
                 (e.g. an analytic cost, or a stand-in in tests).
-    executor:   where evaluations run; None: `default_executor(workers)` (owned, shut down
-                by `close`). Results are cached in the submitting process. A script that
-                uses the default process pool needs Python's `if __name__ == "__main__":`
-                guard (spawned workers import the main module); a `ThreadPoolExecutor`
-                does not, and parallelises synthesis as well, since each synthesis runs in
-                its own `yosys-abc` process.
-    cache_path: the JSON-lines cache file (created if missing; None: memory only).
+    executor:   where evaluations run; None: `synthesis_executor(workers)` for a spec
+                (threads, each driving a Yosys process of its own), `default_executor(workers)`
+                for an evaluate function (owned, shut down by `close`). Results are cached
+                in the submitting process. A script that uses a process pool needs
+                Python's `if __name__ == "__main__":` guard (spawned workers import the
+                main module); a thread pool does not.
+    cache_path: the JSON-lines cache file (created if missing; None: memory only); one
+                written under another toolchain record is refused (`CacheMismatch`).
+    record:     an evaluate function's toolchain record for the cache file (default
+                `{"identity": identity}`); a spec's is `spec.record()`.
     """
 
     def __init__(self, spec: SynthesisSpec | None = None, *, evaluate: Evaluate | None = None,
                  identity: str | None = None, executor: cf.Executor | None = None,
-                 cache_path: str | None = None, workers: int | None = None) -> None:
+                 cache_path: str | None = None, workers: int | None = None,
+                 record: Mapping[str, str] | None = None) -> None:
         if (spec is None) == (evaluate is None):
             raise ValueError("give either a SynthesisSpec or an evaluate function (with its identity)")
         if spec is not None:
-            evaluate, identity = functools.partial(synthesize, spec=spec), spec.identity
+            evaluate, identity, record = functools.partial(synthesize, spec=spec), spec.identity, spec.record()
         if not identity:
             raise ValueError("an evaluate function needs an identity string for the cache")
         self.identity = identity
+        self.record = dict(record or {"identity": identity})
         self._evaluate = evaluate
         self._owned = executor is None
-        self._executor = default_executor(workers) if executor is None else executor
+        if executor is None:
+            executor = synthesis_executor(workers) if spec is not None else default_executor(workers)
+        self._executor = executor
         self._lock = threading.Lock()
         self._cache: dict[str, tuple[float, float]] = {}
         self._inflight: dict[str, cf.Future] = {}
@@ -135,7 +196,10 @@ class RewardPool:
 
     # --- cache ------------------------------------------------------------------------
     def _load(self, path: str) -> None:
-        check_cache_file(path)
+        check_cache_file(path, self.record)
+        if cache_record(path) == {}:  # a new file (or a header cut by a crash): record the toolchain
+            with open(path, "a" if os.path.getsize(path) == 0 else "w") as f:
+                f.write(json.dumps({"toolchain": self.record}) + "\n")
         with open(path, errors="replace") as f:  # a damaged byte spoils its line only
             text = f.read()
         for line in text.splitlines():
