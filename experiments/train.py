@@ -17,6 +17,7 @@ import warnings
 from typing import Any, Callable, Iterator
 
 from experiments import startup
+from experiments.run_end import run_end_hooks
 from experiments.signals import StopRequest
 from experiments.watchdog import Watchdog
 from podracer import config as config_lib
@@ -393,4 +394,8 @@ def _run(
         with waits.waiting("closing the checkpoint directory"):
             checkpoints.close()
         sink.close()
-    return result._replace(run_dir=run_dir)
+    result = result._replace(run_dir=run_dir)
+    if distributed.is_leader():
+        for hook in run_end_hooks():
+            hook(config, run_dir, result)
+    return result

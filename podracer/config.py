@@ -55,8 +55,8 @@ class EnvConfig:
     `backend`); the Atari fields apply to EnvPool's Atari games and are ignored elsewhere.
     `max_episode_steps` and `observe` apply to every environment
     (`podracer.envs.base.TimeLimitJaxEnv`, `podracer.envs.observe`), `params` to JAX
-    environments, also on the host (`podracer.envs.params`), and to both forms of the prefix
-    adders (their options, `podracer.envs.prefix.env.prefix_options`).
+    environments, also on the host (`podracer.envs.params`), and to both forms of a
+    registered id family, whose factories read them as options (`podracer.envs.families`).
     """
 
     id: str = "CartPole-v1"  # environment id: a JAX env (Anakin) or an EnvPool/Gymnasium/JAX id (Sebulba)
@@ -69,7 +69,7 @@ class EnvConfig:
     frame_skip: int = 4  # Atari: each action is repeated this many frames (max-pooled)
     frame_stack: int = 4  # Atari: observations stack this many 84x84 grayscale frames
     observe: tuple[int, ...] = ()  # keep only these entries of a vector observation, e.g. 0,2 (empty: all)
-    params: tuple[str, ...] = ()  # JAX envs' parameters by name, e.g. memory_length=10; prefix adders' options
+    params: tuple[str, ...] = ()  # JAX envs' parameters by name, e.g. memory_length=10; an id family's options
 
     def __post_init__(self) -> None:
         check(bool(self.id), "env.id", "must be a non-empty environment id", self.id)

@@ -14,7 +14,7 @@ import pytest
 
 from experiments.cli_parser import build_parser, preset_and_overrides
 from experiments.overrides import apply_overrides, field_paths
-from experiments.presets import PRESETS
+from experiments.presets import all_presets
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = ["README.md", "ARCHITECTURE.md"]
@@ -100,10 +100,10 @@ def test_documented_command_resolves(path, command):
         assert not rest, f"{path}: `{command}`: unexpected arguments {rest}"
         return
     for preset in presets:
-        assert preset in PRESETS, f"{path}: `{command}` names no preset {preset!r}"
-        config = apply_overrides(PRESETS[preset](), rest)  # ConfigError naming a field that is not there
+        assert preset in all_presets(), f"{path}: `{command}` names no preset {preset!r}"
+        config = apply_overrides(all_presets()[preset](), rest)  # ConfigError naming a field that is not there
         if args.command == "bench" and args.arch == "prefix":
-            from experiments.benchmarks.prefix import check_agent_config
+            from experiments.prefix.bench import check_agent_config
 
             check_agent_config(config, args.bits)
 
@@ -112,7 +112,7 @@ def test_presets_and_fields_named_in_the_docs_exist():
     """Every preset the docs name (`ppo-...-anakin`, inline or in a table; `{a,b}` expanded)
     is one, and every `--section.field` they mention is a field of some preset's config;
     `PRESET --field VALUE` in inline code resolves against that preset."""
-    fields = set().union(*(field_paths(make()) for make in PRESETS.values()))
+    fields = set().union(*(field_paths(make()) for make in all_presets().values()))
     for path in DOCS:
         text = re.sub(r"\s*\n\s*", " ", _read(path))
         for name in re.findall(r"(?<![/\w.-])([a-z0-9]+(?:-[a-z0-9{},]+)*-(?:anakin|sebulba))\b", text):
@@ -121,9 +121,9 @@ def test_presets_and_fields_named_in_the_docs_exist():
                 expanded = [re.sub(r"\{[^}]*\}", choice, n, count=1) for n in expanded
                             for choice in re.search(r"\{([^}]*)\}", n).group(1).split(",")]
             for preset in expanded:
-                assert preset in PRESETS or preset in USER_PRESETS, f"{path} names no preset {preset!r}"
+                assert preset in all_presets() or preset in USER_PRESETS, f"{path} names no preset {preset!r}"
         for option in re.findall(r"--([a-z][a-z0-9-]*\.[a-z][a-z0-9-]*)", text):
             if option not in ("section.field", "agent.field"):  # the grammar's own placeholders
                 assert option.replace("-", "_") in fields, f"{path} names no field --{option}"
         for preset, overrides in re.findall(r"`([a-z0-9-]+-(?:anakin|sebulba)) (--[^`]+)`", text):
-            apply_overrides(PRESETS[preset](), shlex.split(overrides))
+            apply_overrides(all_presets()[preset](), shlex.split(overrides))

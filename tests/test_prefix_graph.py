@@ -10,10 +10,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from podracer.envs.prefix import graph as G
-from podracer.envs.prefix import jax_graph as J
-from podracer.envs.prefix.builders import brent_kung, classic_adders, kogge_stone, ripple, sklansky
-from podracer.envs.prefix.netlist import (
+from experiments.prefix import graph as G
+from experiments.prefix import jax_graph as J
+from experiments.prefix.builders import brent_kung, classic_adders, kogge_stone, ripple, sklansky
+from experiments.prefix.netlist import (
     Gate,
     Netlist,
     check_adds,

@@ -12,17 +12,17 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from experiments.prefix import graph as G
+from experiments.prefix import host_env, synthesis
+from experiments.prefix.builders import classic_adders, sklansky
+from experiments.prefix.env import PrefixAdderEnv
+from experiments.prefix.front import Design, pareto_front
+from experiments.prefix.host_env import PrefixHostEnv, prefix_host_specs
+from experiments.prefix.reward_pool import RewardPool, RewardTimeout, analytic_cost
+from experiments.prefix.synthesis import SynthesisResult, SynthesisUnavailable, find_synthesis
 from podracer.config import EnvConfig
 from podracer.envs.base import EnvState
 from podracer.envs.host import host_env_specs, make_host_env
-from podracer.envs.prefix import graph as G
-from podracer.envs.prefix import host_env, synthesis
-from podracer.envs.prefix.builders import classic_adders, sklansky
-from podracer.envs.prefix.env import PrefixAdderEnv
-from podracer.envs.prefix.front import Design, pareto_front
-from podracer.envs.prefix.host_env import PrefixHostEnv, prefix_host_specs
-from podracer.envs.prefix.reward_pool import RewardPool, RewardTimeout, analytic_cost
-from podracer.envs.prefix.synthesis import SynthesisResult, SynthesisUnavailable, find_synthesis
 
 needs_yosys = pytest.mark.skipif(not synthesis.synthesis_available(),
                                  reason=f"Yosys/ABC or the cell library is missing (apt-get install "
@@ -138,7 +138,7 @@ def test_reward_pool_cache_persists_and_a_resumed_run_never_synthesises_twice(tm
 def test_a_damaged_cache_line_that_is_not_utf8_costs_that_line_only(tmp_path):
     """Bytes that are not UTF-8 (a damaged disk block) spoil their own line, not the whole
     cache: the pool and `cache_designs` still read every other row."""
-    from podracer.envs.prefix.reward_pool import cache_designs
+    from experiments.prefix.reward_pool import cache_designs
 
     path = tmp_path / "costs.jsonl"
     graphs = list(classic_adders(8).values())
@@ -239,7 +239,7 @@ def test_a_synthesis_that_runs_past_its_timeout_is_a_synthesis_error(tmp_path):
 @needs_yosys
 def test_synthesis_mapping_is_equivalent_to_the_netlist(tmp_path):
     """ABC's combinational equivalence check: the mapped adder equals the graph's netlist."""
-    from podracer.envs.prefix.netlist import to_blif
+    from experiments.prefix.netlist import to_blif
 
     spec = find_synthesis()
     nodes = random_graphs(16, 1, seed=7)[0]

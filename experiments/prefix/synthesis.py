@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from podracer.envs.prefix.netlist import to_blif
+from experiments.prefix.netlist import to_blif
 
 APT_PACKAGES = "yosys qflow-tech-osu018"
 LIBERTY_PATHS = ("/usr/share/qflow/tech/osu018/osu018_stdcells.lib",)
