@@ -1,5 +1,5 @@
 """Network torsos registered by name, with their options: what a config's `agent.torso` may
-name beyond the built-in ones (`podracer.agents.common.TORSOS`).
+name beyond the built-in ones (`BUILTIN_TORSOS`).
 
 A registered torso carries a frozen dataclass of its options; a config sets them as
 `name=value` entries (`DQNConfig.torso_options = ("blocks=2", "channels=16")`, on the command
@@ -18,12 +18,14 @@ from typing import Any, Callable, Literal
 
 import flax.linen as nn
 
-from podracer.agents.common import TORSOS
 from podracer.config import ConfigError
 from podracer.plugins import load_plugins
 from podracer.types import ActionSpec, ObservationSpec
 
 TorsoOutputs = Literal["features", "action_values"]
+
+# The torsos every agent builds itself (`podracer.agents.common.make_torso`).
+BUILTIN_TORSOS = ("mlp", "nature_cnn", "impala_cnn", "minatar_cnn")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,7 +71,7 @@ def register_torso(name: str, options: type, make: Callable[[Any, ObservationSpe
         ValueError: the name is built-in or taken, or `options` is not a dataclass whose
             fields all have defaults.
     """
-    if name in TORSOS:
+    if name in BUILTIN_TORSOS:
         raise ValueError(f"torso {name!r} is built-in; choose another name")
     if name in _TORSOS and not overwrite:
         raise ValueError(f"torso {name!r} is already registered; pass overwrite=True to replace it")
