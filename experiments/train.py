@@ -238,6 +238,7 @@ def check_same_run(config: Config, saved: dict[str, Any] | None, updates: int) -
     one. A checkpoint saved without a config is not checked."""
     if saved is None:
         return
+    saved = json.loads(json.dumps(config_lib.upgrade_dict(saved)))
     current = json.loads(json.dumps(config_lib.to_dict(config)))
     for name in sorted(saved):
         path = _first_difference(saved[name], current.get(name), name)

@@ -161,3 +161,22 @@ def test_presets_build_the_prefix_agent(name, bits):
     q = jax.eval_shape(lambda p, o: dqn.make_q_network(config.agent, env.observation_spec(None),
                                                        env.action_spec(None)).apply(p, o), params, obs)
     assert q.shape == (2, 2 * bits * bits)
+
+
+def test_a_config_saved_with_the_prefix_fields_of_dqn_config_still_loads():
+    """A run saved while the prefix torso's options were DQNConfig fields (`prefix_blocks`,
+    `prefix_channels`) loads with them as `torso_options` and passes the resume check
+    against its checkpoint's config; other DQN configs lose the two fields only."""
+    from experiments.presets import all_presets
+    from experiments.train import check_same_run, config_types
+    from podracer import config as config_lib
+
+    for name, options in (("dqn-prefix16-front-sebulba", ["blocks=2", "channels=16"]), ("dqn-cartpole-anakin", [])):
+        config = all_presets()[name]()
+        saved = config_lib.to_dict(config)
+        blocks, channels = (2, 16) if options else (4, 32)
+        saved["agent"] = {**{k: v for k, v in saved["agent"].items() if k != "torso_options"},
+                          "prefix_blocks": blocks, "prefix_channels": channels}
+        assert config_lib.from_dict(saved, config_types()) == config
+        check_same_run(config, saved, updates=1)
+        assert list(config.agent.torso_options) == options

@@ -9,7 +9,8 @@ extension points and nothing else,
 - the presets `dqn-prefix*` (`experiments.prefix.presets`);
 - the commands `prefix-baseline`, `prefix-front` and `bench prefix`, and `SynthesisError`
   as a one-line failure (exit status 1: the tools ran and failed);
-- a run-end hook that writes the Pareto front a run found into its directory.
+- a run-end hook that writes the Pareto front a run found into its directory;
+- an upgrade of saved DQN configs whose prefix torso's options were DQNConfig fields.
 """
 
 from __future__ import annotations
@@ -29,11 +30,12 @@ from experiments.prefix.commands import (
 from experiments.prefix.env import PREFIX_BITS, make_prefix_env, prefix_options
 from experiments.prefix.host_env import make_prefix_host_env, parse_host_id, prefix_host_specs
 from experiments.prefix.networks import PrefixConvOptions, make_prefix_conv
-from experiments.prefix.presets import PREFIX_PRESETS
+from experiments.prefix.presets import PREFIX_PRESETS, upgrade_dqn_section
 from experiments.prefix.run_front import write_run_front
 from experiments.prefix.synthesis import SynthesisError
 from experiments.presets import register_preset
 from experiments.run_end import register_run_end_hook
+from podracer.config import register_config_upgrade
 from podracer.envs import register_host_env_family, register_jax_env_family
 from podracer.torsos import register_torso
 
@@ -82,3 +84,4 @@ def register() -> None:
         overwrite=True)
     register_command_error(SynthesisError, status=1, describe=lambda error: f"synthesis failed: {error}")
     register_run_end_hook(write_run_front)
+    register_config_upgrade("DQNConfig", upgrade_dqn_section)

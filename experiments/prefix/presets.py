@@ -4,7 +4,7 @@ registered by `experiments.prefix.plugin`."""
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 from anakin.config import AnakinConfig
 from podracer.agents import DQNConfig
@@ -106,3 +106,22 @@ PREFIX_PRESETS: dict[str, Callable[[], Config]] = {
     "dqn-prefix16-front-sebulba": dqn_prefix16_front_sebulba,
     "dqn-prefix32-front-sebulba": dqn_prefix32_front_sebulba,
 }
+
+
+def upgrade_dqn_section(section: dict[str, Any]) -> dict[str, Any]:
+    """A saved DQN config section written while the prefix torso's options were fields of
+    DQNConfig (`prefix_blocks`, `prefix_channels`, defaults 4 and 32) with those options as
+    `torso_options`, so that such runs resume and evaluate (`podracer.config`'s upgrades).
+
+    Args:
+        section: a saved `DQNConfig` section.
+
+    Returns:
+        The section without those fields; the prefix torso's options as `torso_options`.
+    """
+    if "prefix_blocks" not in section and "prefix_channels" not in section:
+        return section
+    blocks, channels = section.pop("prefix_blocks", 4), section.pop("prefix_channels", 32)
+    if section.get("torso") == "prefix_conv" and not section.get("torso_options"):
+        section["torso_options"] = [f"blocks={blocks}", f"channels={channels}"]
+    return section
