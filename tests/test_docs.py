@@ -13,7 +13,7 @@ import shlex
 import pytest
 
 from experiments.cli_parser import build_parser, preset_and_overrides
-from experiments.overrides import apply_overrides, field_paths
+from experiments.overrides import apply_overrides, field_paths, option_aliases
 from experiments.presets import all_presets
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -110,9 +110,10 @@ def test_documented_command_resolves(path, command):
 
 def test_presets_and_fields_named_in_the_docs_exist():
     """Every preset the docs name (`ppo-...-anakin`, inline or in a table; `{a,b}` expanded)
-    is one, and every `--section.field` they mention is a field of some preset's config;
+    is one, and every `--section.field` they mention is a field of some preset's config (or
+    a registered option alias);
     `PRESET --field VALUE` in inline code resolves against that preset."""
-    fields = set().union(*(field_paths(make()) for make in all_presets().values()))
+    fields = set().union(*(field_paths(make()) for make in all_presets().values()), option_aliases())
     for path in DOCS:
         text = re.sub(r"\s*\n\s*", " ", _read(path))
         for name in re.findall(r"(?<![/\w.-])([a-z0-9]+(?:-[a-z0-9{},]+)*-(?:anakin|sebulba))\b", text):

@@ -180,3 +180,22 @@ def test_a_config_saved_with_the_prefix_fields_of_dqn_config_still_loads():
         assert config_lib.from_dict(saved, config_types()) == config
         check_same_run(config, saved, updates=1)
         assert list(config.agent.torso_options) == options
+
+
+def test_the_prefix_options_of_the_command_line_set_torso_options():
+    """`--agent.prefix-channels 16 --agent.prefix-blocks 2` (the options as they were DQN
+    fields) set `channels=16` and `blocks=2` in `agent.torso_options`, merged with the
+    entries the config or an explicit `--agent.torso-options` holds."""
+    from experiments.overrides import OverrideError, apply_overrides
+    from experiments.presets import all_presets
+
+    base = all_presets()["dqn-prefix16-anakin"]()
+    assert base.agent.torso_options == ("blocks=4", "channels=32")
+    config = apply_overrides(base, ["--agent.prefix-channels", "16", "--agent.prefix-blocks", "2"])
+    assert config.agent.torso_options == ("channels=16", "blocks=2")
+    config = apply_overrides(base, ["--agent.prefix-blocks", "3", "--agent.torso-options", "channels=8"])
+    assert config.agent.torso_options == ("channels=8", "blocks=3")
+    with pytest.raises(ConfigError, match="agent.torso_options: channels must be > 0"):
+        apply_overrides(base, ["--agent.prefix-channels", "0"])
+    with pytest.raises(OverrideError, match="takes one value"):
+        apply_overrides(base, ["--agent.prefix-channels", "1", "2"])

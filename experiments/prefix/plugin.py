@@ -10,7 +10,9 @@ extension points and nothing else,
 - the commands `prefix-baseline`, `prefix-front` and `bench prefix`, and `SynthesisError`
   as a one-line failure (exit status 1: the tools ran and failed);
 - a run-end hook that writes the Pareto front a run found into its directory;
-- an upgrade of saved DQN configs whose prefix torso's options were DQNConfig fields.
+- for DQN configs saved, and command lines written, while the prefix torso's options were
+  DQNConfig fields: an upgrade of the saved section and the aliases
+  `--agent.prefix-blocks`, `--agent.prefix-channels` (entries of `--agent.torso-options`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from experiments.commands import BenchCommand, Command, register_bench_command, register_command, register_command_error
+from experiments.overrides import register_option_alias
 from experiments.prefix.commands import (
     BENCH_READS,
     add_baseline_arguments,
@@ -85,3 +88,5 @@ def register() -> None:
     register_command_error(SynthesisError, status=1, describe=lambda error: f"synthesis failed: {error}")
     register_run_end_hook(write_run_front)
     register_config_upgrade("DQNConfig", upgrade_dqn_section)
+    register_option_alias("agent.prefix_blocks", "agent.torso_options", "blocks")
+    register_option_alias("agent.prefix_channels", "agent.torso_options", "channels")
