@@ -1,8 +1,9 @@
 """The Pareto front a prefix-adder run found, written into its run directory when it ends
 (a run-end hook, `experiments.run_end`, registered by `experiments.prefix.plugin`).
 
-The designs are those of the run's host environments (every graph they costed: under
-Sebulba, with synthesis or analytic costs; `experiments.prefix.host_env.found_front`) and the
+The designs are those of the run's host environments in this process, the leading one of a
+multi-process run (every graph they costed: under Sebulba, with synthesis or analytic
+costs; `experiments.prefix.host_env.found_front`) and the
 greedy designs of its final policy (`experiments.prefix.run_designs.collect_run_designs`,
 which also serves Anakin's runs, whose environments run inside the compiled program). The
 run directory then holds:
