@@ -1,16 +1,18 @@
-"""The `podracer` commands around training: list, evaluate, plot, bench (anakin, sebulba,
-table, prefix) and the prefix-adder tools (prefix-baseline, prefix-front)."""
+"""The `podracer` commands around training: list, evaluate, plot and bench (anakin, sebulba,
+table; benchmarks that applications register run through `experiments.commands`)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import math
-import os
 import sys
 
 from experiments.cli_parser import fail
 from experiments.cli_train import resolve_config
+from experiments.commands import bench_commands
+from experiments.presets import all_presets
+from podracer.envs.families import host_env_families
 
 
 def cmd_list(width: int = 100) -> None:
@@ -18,14 +20,13 @@ def cmd_list(width: int = 100) -> None:
     algorithms and environments."""
     import textwrap
 
-    from experiments.presets import PRESETS
     from podracer.agents import algorithms
     from podracer.envs import jax_env_ids
     from podracer.envs.envpool_env import envpool_ids
 
     names = {algorithm.config: name for name, algorithm in algorithms().items()}
     groups: dict[tuple[str, str], list[tuple[str, str]]] = {}
-    for preset, make in PRESETS.items():
+    for preset, make in all_presets().items():
         config = make()
         algorithm = names.get(type(config.agent), type(config.agent).__name__)
         arch = type(config.arch).__name__.removesuffix("Config")
@@ -45,11 +46,10 @@ def cmd_list(width: int = 100) -> None:
     print("environments (Anakin, JAX; brax/* need `pip install podracer[brax]`):")
     print(textwrap.fill(", ".join(jax_env_ids()), width, initial_indent="  ", subsequent_indent="  ",
                         break_on_hyphens=False))
+    families = "".join(f", and {family.description or family.name}" for family in host_env_families())
     print(f"environments (Sebulba, host): EnvPool's ids ({len(envpool_ids())}, e.g. CartPole-v1, Pong-v5, "
           "Breakout-v5, HalfCheetah-v4) and any Gymnasium id, with array observations (not Dict or Tuple) "
-          "and Discrete or Box actions, and the prefix adders "
-          "PrefixAdder-<N> (analytic costs) and "
-          "PrefixAdderSynth-<N> (synthesis rewards)")
+          f"and Discrete or Box actions{families}")
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
@@ -79,31 +79,40 @@ def cmd_plot(args: argparse.Namespace) -> None:
     print(f"wrote {args.out}")
 
 
-# Which `podracer bench` subcommands read each of its options (`--cpu-devices`: all).
+# Which built-in `podracer bench` subcommands read each of its options (`--cpu-devices`: all).
 BENCH_OPTIONS = {
-    "json": ("anakin", "sebulba", "prefix"),
-    "preset": ("anakin", "sebulba", "prefix"),
+    "json": ("anakin", "sebulba"),
+    "preset": ("anakin", "sebulba"),
     "seconds": ("sebulba",),
     "compare_reference": ("anakin",),
     "presets": ("table",),
     "seeds": ("table",),
-    "out": ("table", "prefix"),
+    "out": ("table",),
     "milestones": ("table",),
     "episodes": ("table",),
     "policy": ("table",),
-    "bits": ("prefix",),
-    "budget": ("prefix",),
-    "run_dir": ("prefix",),
-    "baseline_seeds": ("prefix",),
-    "workers": ("prefix",),
 }
+
+
+def bench_options() -> dict[str, tuple[str, ...]]:
+    """Which `podracer bench` subcommands read each of its options: the built-in ones
+    (`BENCH_OPTIONS`) and the registered benchmarks (`BenchCommand.reads`).
+
+    Returns:
+        Option destination -> the subcommands that read it.
+    """
+    readers = {name: list(commands) for name, commands in BENCH_OPTIONS.items()}
+    for command in bench_commands().values():
+        for name in command.reads:
+            readers.setdefault(name, []).append(command.name)
+    return {name: tuple(commands) for name, commands in readers.items()}
 
 
 def check_bench_options(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
     """A one-line error for an option given to a `bench` subcommand that does not read it
-    (it would be ignored without a word: `bench table --run-dir`, `bench anakin --seeds`)."""
+    (it would be ignored without a word: `bench table --seconds`, `bench anakin --seeds`)."""
     defaults = parser.parse_known_args(["bench", args.arch])[0]
-    for name, commands in BENCH_OPTIONS.items():
+    for name, commands in bench_options().items():
         if args.arch not in commands and getattr(args, name) != getattr(defaults, name):
             option = "--" + name.replace("_", "-")
             names = ", ".join(commands[:-1]) + " and " * (len(commands) > 1) + commands[-1]
@@ -128,33 +137,6 @@ def cmd_bench_table(args: argparse.Namespace, overrides: list[str]) -> int:
     return 0
 
 
-def cmd_bench_prefix(args: argparse.Namespace, overrides: list[str]) -> None:
-    from experiments.benchmarks import prefix
-
-    if args.out is None:
-        fail("bench prefix needs --out DIR")
-    if args.baseline_seeds < 1:
-        fail(f"--baseline-seeds must be >= 1, got {args.baseline_seeds}")
-    if args.workers is not None and args.workers < 1:
-        fail(f"--workers must be >= 1, got {args.workers}")
-    config = None
-    if args.run_dir is None:
-        if args.budget is None or args.budget < 1:
-            fail(f"bench prefix needs --budget >= 1 (unique syntheses) to train the agent, got {args.budget}")
-        from experiments.presets import PRESETS
-
-        if args.preset is None and prefix.default_preset(args.bits) not in PRESETS:
-            fail(f"--bits {args.bits}: no preset {prefix.default_preset(args.bits)}; name one and the width, e.g. "
-                 f"--preset {prefix.default_preset(16)} --env.id PrefixAdderSynth-{args.bits}")
-        config = resolve_config(args.preset or prefix.default_preset(args.bits), overrides)
-        prefix.check_agent_config(config, args.bits)
-    elif overrides or args.preset:
-        fail("bench prefix --run-dir reads a finished run: no preset or overrides")
-    table = prefix.compare(args.out, args.budget, config, args.run_dir, range(args.baseline_seeds), args.workers,
-                           log=lambda line: print(line, flush=True) if not args.json else None)
-    print(json.dumps(table) if args.json else prefix.format_table(table))
-
-
 def cmd_bench(arch: str, preset: str | None, overrides: list[str], as_json: bool, seconds: float,
               compare_reference: bool = False) -> None:
     if arch == "sebulba" and not (math.isfinite(seconds) and seconds > 0):
@@ -173,28 +155,3 @@ def cmd_bench(arch: str, preset: str | None, overrides: list[str], as_json: bool
     else:
         for key, value in result.items():
             print(f"{key:>10s}: {value}")
-
-
-def cmd_prefix(args: argparse.Namespace) -> None:
-    from experiments import prefix
-
-    if args.command == "prefix-baseline":
-        if args.workers is not None and args.workers < 1:
-            fail(f"--workers must be >= 1, got {args.workers}")
-        if args.cost != "synthesis" and (args.cache is not None or args.workers is not None):
-            fail("--cache and --workers apply to --cost synthesis (the analytic model runs in this process)")
-        summary = prefix.run_baseline(args.bits, args.method, args.budget, args.out, args.cost, args.seed,
-                                      args.workers, args.cache)
-    else:
-        summary = prefix.show_front(args.run_dir, args.out)
-    if args.json:
-        print(json.dumps(summary))
-        return
-    if "method" in summary:
-        print(f"{summary['method']}: {summary['designs']} designs in {summary['search_s']:.1f} s "
-              f"({summary['syntheses_per_s']:.1f} syntheses/s, cache hit rate {summary['cache_hit_rate']:.2f})")
-    front = ", ".join(f"({p['area']:g}, {p['delay']:g})" for p in summary["front"])
-    print(f"{summary['bits']}-bit front, {len(summary['front'])} designs (area, delay): {front}")
-    print(f"hypervolume {summary['hypervolume']:.4f}; dominates: {', '.join(summary['dominates']) or 'none'}")
-    print(f"wrote {summary['plot']} and {len(summary['verilog'])} Verilog modules in "
-          f"{os.path.dirname(summary['verilog'][0])}")

@@ -8,6 +8,9 @@ import argparse
 import sys
 from typing import NoReturn
 
+from experiments import commands as commands_registry
+from experiments.commands import BUILTIN_BENCH_COMMANDS
+
 USAGE_ERROR = 2
 
 CPU_DEVICES_HELP = ("split the CPU into N JAX devices (e.g. 3 for Sebulba's 1 actor + 2 learners: "
@@ -38,6 +41,13 @@ def _version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The grammar of `podracer`: the built-in commands, then those registered
+    (`experiments.commands`; plugins are loaded first).
+
+    Returns:
+        The parser; its errors are one-line usage errors (`fail`).
+    """
+    registered, benches = commands_registry.commands(), commands_registry.bench_commands()
     parser = _Parser(prog="podracer", description="Podracer: scalable RL in JAX (Anakin and Sebulba).")
     parser.add_argument("--version", action="version", version=f"podracer {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -86,39 +96,13 @@ def build_parser() -> argparse.ArgumentParser:
     launch.add_argument("--resume", metavar="RUN_DIR", help="continue the multi-process run in RUN_DIR")
     launch.add_argument("preset", nargs="?")
 
-    baseline = commands.add_parser(
-        "prefix-baseline", help="prefix adders: annealing, random or Pareto local search, and its Pareto front",
-        description="podracer prefix-baseline --bits 32 --method anneal --budget 500 --out DIR",
-    )
-    baseline.add_argument("--bits", type=int, default=32, help="adder width N (default 32)")
-    baseline.add_argument("--method", choices=["anneal", "random", "local"], default="anneal",
-                          help="anneal (simulated annealing), random (random legal graphs) or local (Pareto "
-                               "local search: random edits of designs on the front found so far)")
-    baseline.add_argument("--budget", type=int, default=500, help="distinct designs evaluated (default 500)")
-    baseline.add_argument("--out", required=True, metavar="DIR", help="writes designs.jsonl, front.png, front/*.v")
-    baseline.add_argument("--cost", choices=["synthesis", "analytic"], default="synthesis",
-                          help="Yosys/ABC synthesis (default) or the analytic model (node count, logic level)")
-    baseline.add_argument("--seed", type=int, default=0)
-    baseline.add_argument("--workers", type=int, default=None, help="synthesis processes (default: every CPU)")
-    baseline.add_argument("--cache", default=None, metavar="FILE",
-                          help="synthesis cache (default $PODRACER_PREFIX_CACHE or "
-                               "~/.cache/podracer/prefix-synthesis-<toolchain hash>.jsonl)")
-    baseline.add_argument("--json", action="store_true", help="print one JSON object")
-
-    front = commands.add_parser("prefix-front", help="the Pareto front of a prefix-adder search or run",
-                                description="podracer prefix-front DIR [--out FILE.png]")
-    front.add_argument("run_dir", metavar="DIR", help="a directory with designs.jsonl, or a prefix-adder training run "
-                       "(its latest checkpoint's greedy designs are collected into DIR/designs.jsonl first)")
-    front.add_argument("--out", default=None, metavar="FILE.png", help="the plot (default DIR/front.png)")
-    front.add_argument("--json", action="store_true", help="print one JSON object")
-
     bench = commands.add_parser(
         "bench", help="throughput against the physical limit; `bench table`: results over presets x seeds",
-        description="podracer bench anakin|sebulba [--preset NAME] [--json] | "
-                    "podracer bench table --presets A B ... --seeds N --out DIR [overrides] | "
-                    "podracer bench prefix --bits N --budget SYNTHESES --out DIR [--run-dir RUN] [overrides]",
+        description=" | ".join(["podracer bench anakin|sebulba [--preset NAME] [--json]",
+                                "podracer bench table --presets A B ... --seeds N --out DIR [overrides]",
+                                *(command.usage for command in benches.values() if command.usage)]),
     )
-    bench.add_argument("arch", choices=["anakin", "sebulba", "table", "prefix"])
+    bench.add_argument("arch", choices=[*BUILTIN_BENCH_COMMANDS, *benches])
     bench.add_argument("--json", action="store_true", help="print one JSON line")
     bench.add_argument("--preset", default=None, help="preset to measure (default: ppo-cartpole-<arch>)")
     bench.add_argument("--seconds", type=float, default=10.0, help="sebulba: seconds measured per quantity")
@@ -133,14 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--episodes", type=int, default=128, help="table: evaluation episodes per seed (default 128)")
     bench.add_argument("--policy", choices=["auto", "greedy", "sample"], default="auto",
                        help="table: evaluation policy (auto: sample for PPO/IMPALA, greedy for Q-learning)")
-    bench.add_argument("--bits", type=int, default=16,
-                       help="prefix: adder width; the preset defaults to dqn-prefix<bits>-front-sebulba (default 16)")
-    bench.add_argument("--budget", type=int, default=None,
-                       help="prefix: unique syntheses the agent trains for; the baselines get the agent's count")
-    bench.add_argument("--run-dir", default=None, metavar="RUN",
-                       help="prefix: read a finished run (with RUN/synthesis-cache.jsonl) instead of training")
-    bench.add_argument("--baseline-seeds", type=int, default=1, metavar="K", help="prefix: seeds per baseline")
-    bench.add_argument("--workers", type=int, default=None, help="prefix: synthesis processes (default: every CPU)")
+    for command in benches.values():
+        command.add_arguments(bench)
+    for command in registered.values():
+        command.add_arguments(commands.add_parser(command.name, help=command.help, description=command.description))
     return parser
 
 

@@ -11,8 +11,7 @@ import time
 from typing import NoReturn
 
 from experiments.cli_parser import fail
-
-IMPORT_ENV = "PODRACER_IMPORT"  # modules to import first: user environments, algorithms, presets
+from podracer.plugins import PluginError, import_modules, modules_to_import
 
 
 def import_user_modules() -> list[str]:
@@ -20,16 +19,11 @@ def import_user_modules() -> list[str]:
     current directory or PYTHONPATH), so that the environments, algorithms and presets they
     register exist for every command (and for launch-local's processes, which inherit it).
     A module that fails to import is a usage error naming it."""
-    import importlib
-
-    names = [name.strip() for name in os.environ.get(IMPORT_ENV, "").split(",") if name.strip()]
-    if names and "" not in sys.path and os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())  # `python -m` would have; the console script does not
-    for name in names:
-        try:
-            importlib.import_module(name)
-        except Exception as error:  # noqa: BLE001 - whatever the user's module raised, named
-            fail(f"{IMPORT_ENV}: cannot import {name!r}: {type(error).__name__}: {error}".replace("\n", " "))
+    names = modules_to_import()
+    try:
+        import_modules(names)
+    except PluginError as error:
+        fail(str(error))
     return names
 
 

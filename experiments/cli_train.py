@@ -13,15 +13,17 @@ from experiments.cli_parser import fail
 
 def resolve_config(preset: str, overrides: list[str]):
     from experiments.overrides import apply_overrides
-    from experiments.presets import PRESETS
+    from experiments.presets import all_presets
 
-    if preset not in PRESETS:
+    presets = all_presets()
+
+    if preset not in presets:
         import difflib
 
-        close = difflib.get_close_matches(preset, list(PRESETS), n=1)
+        close = difflib.get_close_matches(preset, list(presets), n=1)
         hint = f"; did you mean {close[0]}?" if close else "; run `podracer list`"
         fail(f"unknown preset {preset!r}{hint}")
-    return apply_overrides(PRESETS[preset](), overrides)
+    return apply_overrides(presets[preset](), overrides)
 
 
 def cmd_train_help(parser: argparse.ArgumentParser, preset: str | None, overrides: list[str]) -> None:

@@ -5,6 +5,10 @@ parsed by the field's annotated type; tuples take several values or a comma list
 (`--arch.devices 0 1` or `--arch.devices 0,1`); a bool may stand alone (`--log.console`
 means true). The config is rebuilt with `dataclasses.replace`, so every section's own
 validation runs again. Unknown fields and bad values raise `OverrideError`, naming them.
+
+An option alias (`register_option_alias`) keeps a command line working after a field became
+an option of a `name=value` tuple field: `--agent.prefix-channels 16` sets `channels=16` in
+`agent.torso_options`, merged with the entries it already holds.
 """
 
 from __future__ import annotations
@@ -20,10 +24,48 @@ from typing import Any
 import numpy as np
 
 from podracer.config import ConfigError
+from podracer.plugins import load_plugins
 
 
 class OverrideError(ConfigError):
     """A command-line override that names no field or holds a value of the wrong type."""
+
+
+# Option aliases: a dotted path -> (the `name=value` tuple field it sets, the option's name).
+_OPTION_ALIASES: dict[str, tuple[str, str]] = {}
+
+
+def register_option_alias(path: str, target: str, option: str) -> None:
+    """Make `--<path> VALUE` set the entry `option=VALUE` of the `name=value` tuple field
+    `target` (replacing an entry of that name, keeping the others).
+
+    Args:
+        path: the alias's dotted path, e.g. "agent.prefix_channels".
+        target: the tuple field's dotted path, e.g. "agent.torso_options".
+        option: the entry's name, e.g. "channels".
+    """
+    _OPTION_ALIASES[path] = (target, option)
+
+
+def option_aliases() -> dict[str, tuple[str, str]]:
+    """The registered option aliases (plugins loaded first).
+
+    Returns:
+        Alias path -> (target field, option name).
+    """
+    load_plugins()
+    return dict(_OPTION_ALIASES)
+
+
+def _value_at(config: Any, path: str) -> Any:
+    for name in path.split("."):
+        config = getattr(config, name)
+    return config
+
+
+def _set_option(entries: tuple[str, ...], option: str, value: str) -> tuple[str, ...]:
+    kept = tuple(entry for entry in entries if entry.partition("=")[0].strip() != option)
+    return kept + (f"{option}={value}",)
 
 
 def field_paths(config: Any, prefix: str = "") -> dict[str, Any]:
@@ -60,13 +102,25 @@ def apply_overrides(config: Any, args: list[str]) -> Any:
     are only valid together (`--agent.latent-size 32 --agent.shared-torso true`) may come in
     any order."""
     paths = field_paths(config)
+    aliases = option_aliases()
     changes: dict[str, Any] = {}
+    aliased: list[tuple[str, list[str]]] = []
     for path, values in split_overrides(args):
+        if path in aliases and path not in paths:
+            aliased.append((path, values))
+            continue
         if path not in paths:
             close = closest_path(path, list(paths))
             hint = f"; did you mean --{close.replace('_', '-')}?" if close else ""
             raise OverrideError(f"unknown field {path!r}{hint}")
         changes[path] = parse_value(path, paths[path], values)
+    for path, values in aliased:  # after the fields, so that they merge into the field's new value
+        target, option = aliases[path]
+        if target not in paths or len(values) != 1:
+            raise OverrideError(f"--{path.replace('_', '-')} takes one value (it sets {option}= in "
+                                f"--{target.replace('_', '-')})")
+        current = changes[target] if target in changes else _value_at(config, target)
+        changes[target] = _set_option(tuple(current), option, values[0])
     return _replace(config, changes)
 
 

@@ -20,6 +20,7 @@ import warnings
 from typing import Any, Callable, Iterator
 
 from experiments import startup
+from experiments.run_end import run_end_hooks
 from experiments.signals import StopRequest
 from experiments.watchdog import Watchdog
 from podracer import config as config_lib
@@ -269,6 +270,7 @@ def check_same_run(config: Config, saved: dict[str, Any] | None, updates: int) -
     one. A checkpoint saved without a config is not checked."""
     if saved is None:
         return
+    saved = json.loads(json.dumps(config_lib.upgrade_dict(saved)))
     current = json.loads(json.dumps(config_lib.to_dict(config)))
     for name in sorted(saved):
         path = _first_difference(saved[name], current.get(name), name)
@@ -427,4 +429,8 @@ def _run(
         with waits.waiting("closing the checkpoint directory"):
             checkpoints.close()
         sink.close()
-    return result._replace(run_dir=run_dir)
+    result = result._replace(run_dir=run_dir)
+    if distributed.is_leader():
+        for hook in run_end_hooks():
+            hook(config, run_dir, result)
+    return result

@@ -13,7 +13,7 @@ import dataclasses
 import math
 import numbers
 import typing
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 
 class ConfigError(ValueError):
@@ -55,8 +55,8 @@ class EnvConfig:
     `backend`); the Atari fields apply to EnvPool's Atari games and are ignored elsewhere.
     `max_episode_steps` and `observe` apply to every environment
     (`podracer.envs.base.TimeLimitJaxEnv`, `podracer.envs.observe`), `params` to JAX
-    environments, also on the host (`podracer.envs.params`), and to both forms of the prefix
-    adders (their options, `podracer.envs.prefix.env.prefix_options`).
+    environments, also on the host (`podracer.envs.params`), and to both forms of a
+    registered id family, whose factories read them as options (`podracer.envs.families`).
     """
 
     id: str = "CartPole-v1"  # environment id: a JAX env (Anakin) or an EnvPool/Gymnasium/JAX id (Sebulba)
@@ -69,7 +69,7 @@ class EnvConfig:
     frame_skip: int = 4  # Atari: each action is repeated this many frames (max-pooled)
     frame_stack: int = 4  # Atari: observations stack this many 84x84 grayscale frames
     observe: tuple[int, ...] = ()  # keep only these entries of a vector observation, e.g. 0,2 (empty: all)
-    params: tuple[str, ...] = ()  # JAX envs' parameters by name, e.g. memory_length=10; prefix adders' options
+    params: tuple[str, ...] = ()  # JAX envs' parameters by name, e.g. memory_length=10; an id family's options
 
     def __post_init__(self) -> None:
         check(bool(self.id), "env.id", "must be a non-empty environment id", self.id)
@@ -196,18 +196,51 @@ def to_dict(config: Any) -> dict[str, Any]:
 
 CORE_TYPES: tuple[type, ...] = (Config, EnvConfig, LogConfig, CheckpointConfig, DistributedConfig)
 
+# Upgrades of saved config sections by `_type` tag: what reads a config written by another
+# version (a run's config.json, a checkpoint's config) applies them first.
+_UPGRADES: dict[str, list[Callable[[dict[str, Any]], dict[str, Any]]]] = {}
+
+
+def register_config_upgrade(tag: str, upgrade: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+    """Make saved config sections of type `tag` readable after their fields changed: an
+    application that moved its fields registers how an old section becomes a new one.
+
+    Args:
+        tag: the section's class name, as `to_dict` writes it in `_type` (e.g. "DQNConfig").
+        upgrade: a section's dict (its fields, `_type` included) -> the dict to build from;
+            it returns sections it does not concern unchanged.
+    """
+    _UPGRADES.setdefault(tag, []).append(upgrade)
+
+
+def upgrade_dict(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A saved config tree with the registered upgrades applied to every section.
+
+    Args:
+        data: a tree as `to_dict` writes it.
+
+    Returns:
+        A new tree; `data` is left as it is.
+    """
+    tree = {name: upgrade_dict(value) if isinstance(value, Mapping) and "_type" in value else value
+            for name, value in data.items()}
+    for upgrade in _UPGRADES.get(tree.get("_type"), []):
+        tree = upgrade(dict(tree))
+    return tree
+
 
 def from_dict(data: Mapping[str, Any], types: Mapping[str, type] | tuple[type, ...] = ()) -> Any:
     """Rebuild a config tree written by `to_dict`, choosing each section's class by its
     `_type` tag among `CORE_TYPES` and `types` (agent and architecture configs).
 
     Lists become tuples where the field is a tuple; a field missing from `data` takes its
-    default (configs written before the field existed still load); an unknown tag or field
-    raises ConfigError. Every section is validated again as it is built.
+    default (configs written before the field existed still load); the registered upgrades
+    (`register_config_upgrade`) apply first; an unknown tag or field raises ConfigError.
+    Every section is validated again as it is built.
     """
     extra = types.values() if isinstance(types, Mapping) else types
     registry = {cls.__name__: cls for cls in (*CORE_TYPES, *extra)}
-    return _build(data, registry, "config")
+    return _build(upgrade_dict(data), registry, "config")
 
 
 def _build(data: Mapping[str, Any], registry: dict[str, type], where: str) -> Any:

@@ -64,9 +64,9 @@ def describe_action_spec(spec: ActionSpec) -> str:
 
 
 class MaskedObs(NamedTuple):
-    """An observation that carries the legal actions of its state (e.g. the prefix-adder
-    environment): `obs [...]` as any observation, `action_mask bool [A]`, True where the
-    action is legal. Batched, each field gains the batch axes (`[B, ...]`, `[T, B, ...]`).
+    """An observation that carries the legal actions of its state (e.g. a board game's legal
+    moves): `obs [...]` as any observation, `action_mask bool [A]`, True where the action is
+    legal. Batched, each field gains the batch axes (`[B, ...]`, `[T, B, ...]`).
     Agents that pick actions respect the mask, in acting and in their targets."""
 
     obs: Array

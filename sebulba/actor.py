@@ -49,7 +49,7 @@ class RolloutItem(NamedTuple):
     started:    `time.perf_counter()` when its first env step began (metrics count its
                 steps from then on, never from when the learner got round to it).
     env_metrics: what the host environment measures itself after this rollout
-                (`podracer.envs.host.env_metrics`; e.g. a reward pool's syntheses/s), or {}.
+                (`podracer.envs.host.env_metrics`; e.g. a reward pool's rewards computed per second), or {}.
     """
 
     trajectory: Trajectory

@@ -11,9 +11,9 @@ number of trajectories left waiting after each update took its own; `policy_lag`
 
 A host environment that measures itself (`metrics()`, see `podracer.envs.host.env_metrics`)
 adds its numbers prefixed `env_`, as the latest rollout of the row saw them (cumulative
-since the environment was made): the prefix adders' reward pool gives `env_syntheses`,
-`env_syntheses_per_s`, `env_cache_hit_rate`, `env_reward_wait_s` (seconds the actors
-waited on rewards) and the rest of `RewardPool.metrics`.
+since the environment was made): e.g. an environment whose rewards come from a pool of
+reward workers reports `env_<rewards computed>`, `env_cache_hit_rate` and
+`env_reward_wait_s` (seconds the actors waited on rewards).
 
 Episode statistics count the episodes of every process; timings are this process's.
 

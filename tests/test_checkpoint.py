@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from experiments.presets import PRESETS
+from experiments.presets import all_presets
 from experiments.train import config_types
 from podracer import config as config_lib
 from podracer import parallel
@@ -131,11 +131,11 @@ def test_a_restore_that_fails_for_another_reason_is_not_called_damage(tmp_path, 
 
 
 def test_config_round_trips_through_json():
-    for make in PRESETS.values():
+    for make in all_presets().values():
         config = make()
         data = json.loads(json.dumps(config_lib.to_dict(config)))
         assert config_lib.from_dict(data, config_types()) == config
-    data = config_lib.to_dict(PRESETS["ppo-catch-anakin"]())
+    data = config_lib.to_dict(all_presets()["ppo-catch-anakin"]())
     del data["checkpoint"]  # a config.json from before the section existed still loads
     assert config_lib.from_dict(data, config_types()).checkpoint == config_lib.CheckpointConfig()
     data["agent"]["learning_rat"] = 1.0

@@ -30,7 +30,7 @@ import pytest
 import anakin
 import sebulba
 from anakin import AnakinConfig
-from experiments.presets import PRESETS
+from experiments.presets import PRESETS, all_presets
 from podracer.agents import BUILTIN_ALGORITHMS, Algorithm, algorithms, make_agent
 from podracer.config import Config, ConfigError, EnvConfig
 from podracer.envs import make_jax_env
@@ -178,7 +178,7 @@ def test_bad_batch_splits_exit_2_before_compiling(name, arch, capsys, monkeypatc
     it accepts passes setup."""
     algorithm = FLAVOURS[name]
     configs = [algorithm.default_probe_config(), algorithm.config()]
-    configs += [make().agent for make in PRESETS.values() if type(make().agent) is algorithm.config]
+    configs += [make().agent for make in all_presets().values() if type(make().agent) is algorithm.config]
     agent_config, bad, good = rejected_batch(algorithm, configs)
     base = Config(agent=agent_config, env=EnvConfig(SPACES["discrete"]), run_dir=str(tmp_path / "run"),
                   arch=arch_config(arch, *good), total_env_steps=10**7)

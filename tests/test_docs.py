@@ -20,8 +20,8 @@ import sys
 import pytest
 
 from experiments.cli_parser import build_parser, preset_and_overrides
-from experiments.overrides import apply_overrides, field_paths
-from experiments.presets import PRESETS
+from experiments.overrides import apply_overrides, field_paths, option_aliases
+from experiments.presets import all_presets
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SITE = sorted(os.path.relpath(path, REPO) for path in glob.glob(os.path.join(REPO, "docs", "**", "*.md"), recursive=True))
@@ -108,19 +108,20 @@ def test_documented_command_resolves(path, command):
         assert not rest, f"{path}: `{command}`: unexpected arguments {rest}"
         return
     for preset in presets:
-        assert preset in PRESETS, f"{path}: `{command}` names no preset {preset!r}"
-        config = apply_overrides(PRESETS[preset](), rest)  # ConfigError naming a field that is not there
+        assert preset in all_presets(), f"{path}: `{command}` names no preset {preset!r}"
+        config = apply_overrides(all_presets()[preset](), rest)  # ConfigError naming a field that is not there
         if args.command == "bench" and args.arch == "prefix":
-            from experiments.benchmarks.prefix import check_agent_config
+            from experiments.prefix.bench import check_agent_config
 
             check_agent_config(config, args.bits)
 
 
 def test_presets_and_fields_named_in_the_docs_exist():
     """Every preset the docs name (`ppo-...-anakin`, inline or in a table; `{a,b}` expanded)
-    is one, and every `--section.field` they mention is a field of some preset's config;
+    is one, and every `--section.field` they mention is a field of some preset's config (or
+    a registered option alias);
     `PRESET --field VALUE` in inline code resolves against that preset."""
-    fields = set().union(*(field_paths(make()) for make in PRESETS.values()))
+    fields = set().union(*(field_paths(make()) for make in all_presets().values()), option_aliases())
     for path in DOCS:
         text = re.sub(r"\s*\n\s*", " ", _read(path))
         for name in re.findall(r"(?<![/\w.-])([a-z0-9]+(?:-[a-z0-9{},]+)*-(?:anakin|sebulba))\b", text):
@@ -129,12 +130,12 @@ def test_presets_and_fields_named_in_the_docs_exist():
                 expanded = [re.sub(r"\{[^}]*\}", choice, n, count=1) for n in expanded
                             for choice in re.search(r"\{([^}]*)\}", n).group(1).split(",")]
             for preset in expanded:
-                assert preset in PRESETS or preset in USER_PRESETS, f"{path} names no preset {preset!r}"
+                assert preset in all_presets() or preset in USER_PRESETS, f"{path} names no preset {preset!r}"
         for option in re.findall(r"--([a-z][a-z0-9-]*\.[a-z][a-z0-9-]*)", text):
             if option not in ("section.field", "agent.field"):  # the grammar's own placeholders
                 assert option.replace("-", "_") in fields, f"{path} names no field --{option}"
         for preset, overrides in re.findall(r"`([a-z0-9-]+-(?:anakin|sebulba)) (--[^`]+)`", text):
-            apply_overrides(PRESETS[preset](), shlex.split(overrides))
+            apply_overrides(all_presets()[preset](), shlex.split(overrides))
 
 
 def _fenced(text: str, language: str) -> list[str]:
@@ -179,7 +180,7 @@ def test_generated_reference_covers_every_preset_field_and_command():
     command page naming every subcommand and option of the parser."""
     reference = _reference_module()
     pages = reference.pages()
-    for name, make in PRESETS.items():
+    for name, make in all_presets().items():
         page = pages[f"reference/presets/{name}.md"]
         for field in field_paths(make()):
             assert f"`--{field.replace('_', '-')}`" in page, f"{name}'s page lacks --{field}"

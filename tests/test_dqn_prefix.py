@@ -9,15 +9,15 @@ import numpy as np
 import pytest
 
 from anakin import AnakinConfig
-from podracer import networks_prefix
+from experiments.prefix import graph as G
+from experiments.prefix import networks as networks_prefix
+from experiments.prefix.env import PrefixAdderEnv
+from experiments.prefix.front import read_designs
 from podracer.agents import DQNConfig, dqn, make_agent
 from podracer.config import Config, ConfigError, EnvConfig
-from podracer.envs.prefix import graph as G
-from podracer.envs.prefix.env import PrefixAdderEnv
-from podracer.envs.prefix.front import read_designs
 from podracer.types import DiscreteSpec, ObsSpec
 
-SMALL = dict(torso="prefix_conv", prefix_blocks=1, prefix_channels=8)
+SMALL = dict(torso="prefix_conv", torso_options=("blocks=1", "channels=8"))
 
 
 def env_batch(env: PrefixAdderEnv, n: int, seed: int = 0):
@@ -68,21 +68,24 @@ def test_acting_respects_the_mask():
 def test_prefix_conv_needs_a_prefix_env():
     with pytest.raises(ConfigError, match="agent.torso"):
         dqn.make_q_network(DQNConfig(**SMALL), ObsSpec((4,), jnp.float32), DiscreteSpec(2))
-    with pytest.raises(ConfigError, match="agent.prefix_channels"):
-        DQNConfig(torso="prefix_conv", prefix_channels=0)
+    with pytest.raises(ConfigError, match="agent.torso_options: channels must be > 0"):
+        DQNConfig(torso="prefix_conv", torso_options=("channels=0",))
+    with pytest.raises(ConfigError, match="agent.torso_options: torso 'prefix_conv' has no option 'width'"):
+        DQNConfig(torso="prefix_conv", torso_options=("width=3",))
+    with pytest.raises(ConfigError, match="agent.torso_options"):
+        DQNConfig(torso="mlp", torso_options=("blocks=1",))
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_learns_and_prefix_front_shows_the_run(tmp_path):
-    """A tiny Anakin run on PrefixAdder-6 (w sampled per episode, 4 devices), then
-    `show_front(RUN_DIR)` collects its greedy designs over a w sweep into designs.jsonl,
+    """A tiny Anakin run on PrefixAdder-6 (w sampled per episode, 4 devices) collects its
+    greedy designs over a w sweep into designs.jsonl when it ends, and `show_front(RUN_DIR)`
     plots the front and writes it as Verilog. (Whether this budget learns is not asserted: after
     DQN's n-step replay changed, the greedy return at w = 0.2 was -0.11; DQN's learning with
     masks is the contract suite's masked probe.)"""
-    from experiments import prefix
     from experiments import train as train_lib
-    from podracer.envs.prefix.front import read_designs
+    from experiments.prefix import fronts as prefix
 
     run_dir = tmp_path / "run"
     config = Config(
@@ -95,9 +98,11 @@ def test_learns_and_prefix_front_shows_the_run(tmp_path):
     result = train_lib.train(config, console=False)
     assert result.env_steps >= config.total_env_steps
 
+    designs, model = read_designs(str(run_dir))  # the run wrote its greedy designs and its front
+    assert model == "analytic-0" and len(designs) > 2
+    assert (run_dir / "front" / "front.csv").exists()
     summary = prefix.show_front(str(run_dir))
-    designs, model = read_designs(str(run_dir))
-    assert model == "analytic-0" and summary["collected"]["designs"] == len(designs) > 2
+    assert "collected" not in summary and summary["designs"] == len(designs)
     assert (run_dir / "front.png").exists() and (run_dir / "front.json").exists()
     assert summary["verilog"] and all(path.endswith(".v") and os.path.exists(path) for path in summary["verilog"])
     assert "module" in open(summary["verilog"][0]).read()
@@ -106,8 +111,9 @@ def test_learns_and_prefix_front_shows_the_run(tmp_path):
 def test_greedy_designs_of_a_run_last_its_time_limit(tmp_path, monkeypatch):
     """`collect_run_designs` rolls the policy out for the run's own episode length
     (`env.max_episode_steps`), not the environment's default 2 N."""
-    from experiments import evaluate, prefix_run
+    from experiments import evaluate
     from experiments import train as train_lib
+    from experiments.prefix import run_designs as prefix_run
 
     def first_legal(params, obs, key, core, start):  # adds a node every step, so each step is a new graph
         return jnp.argmax(obs.action_mask, axis=-1), core
@@ -137,14 +143,14 @@ def test_greedy_designs_of_a_run_last_its_time_limit(tmp_path, monkeypatch):
                                        ("dqn-prefix32-front-sebulba", 32)])
 def test_presets_build_the_prefix_agent(name, bits):
     """Each preset names its prefix-adder env and builds PrefixRL's agent on its specs."""
-    from experiments.presets import PRESETS
-    from podracer.envs.prefix.host_env import parse_host_id
+    from experiments.prefix.host_env import parse_host_id
+    from experiments.presets import all_presets
 
-    config = PRESETS[name]()
+    config = all_presets()[name]()
     assert config.agent.torso == "prefix_conv" and parse_host_id(config.env.id)["bits"] == bits
     assert parse_host_id(config.env.id)["synthesis"] == name.endswith("sebulba")
     if name.endswith("sebulba"):  # its options are the host form's
-        from podracer.envs.prefix.host_env import host_options
+        from experiments.prefix.host_env import host_options
 
         assert host_options(config.env.id, config.env.params).get("front_restarts", 0) == ("front" in name)
     env = PrefixAdderEnv(bits)
@@ -155,3 +161,41 @@ def test_presets_build_the_prefix_agent(name, bits):
     q = jax.eval_shape(lambda p, o: dqn.make_q_network(config.agent, env.observation_spec(None),
                                                        env.action_spec(None)).apply(p, o), params, obs)
     assert q.shape == (2, 2 * bits * bits)
+
+
+def test_a_config_saved_with_the_prefix_fields_of_dqn_config_still_loads():
+    """A run saved while the prefix torso's options were DQNConfig fields (`prefix_blocks`,
+    `prefix_channels`) loads with them as `torso_options` and passes the resume check
+    against its checkpoint's config; other DQN configs lose the two fields only."""
+    from experiments.presets import all_presets
+    from experiments.train import check_same_run, config_types
+    from podracer import config as config_lib
+
+    for name, options in (("dqn-prefix16-front-sebulba", ["blocks=2", "channels=16"]), ("dqn-cartpole-anakin", [])):
+        config = all_presets()[name]()
+        saved = config_lib.to_dict(config)
+        blocks, channels = (2, 16) if options else (4, 32)
+        saved["agent"] = {**{k: v for k, v in saved["agent"].items() if k != "torso_options"},
+                          "prefix_blocks": blocks, "prefix_channels": channels}
+        assert config_lib.from_dict(saved, config_types()) == config
+        check_same_run(config, saved, updates=1)
+        assert list(config.agent.torso_options) == options
+
+
+def test_the_prefix_options_of_the_command_line_set_torso_options():
+    """`--agent.prefix-channels 16 --agent.prefix-blocks 2` (the options as they were DQN
+    fields) set `channels=16` and `blocks=2` in `agent.torso_options`, merged with the
+    entries the config or an explicit `--agent.torso-options` holds."""
+    from experiments.overrides import OverrideError, apply_overrides
+    from experiments.presets import all_presets
+
+    base = all_presets()["dqn-prefix16-anakin"]()
+    assert base.agent.torso_options == ("blocks=4", "channels=32")
+    config = apply_overrides(base, ["--agent.prefix-channels", "16", "--agent.prefix-blocks", "2"])
+    assert config.agent.torso_options == ("channels=16", "blocks=2")
+    config = apply_overrides(base, ["--agent.prefix-blocks", "3", "--agent.torso-options", "channels=8"])
+    assert config.agent.torso_options == ("channels=8", "blocks=3")
+    with pytest.raises(ConfigError, match="agent.torso_options: channels must be > 0"):
+        apply_overrides(base, ["--agent.prefix-channels", "0"])
+    with pytest.raises(OverrideError, match="takes one value"):
+        apply_overrides(base, ["--agent.prefix-channels", "1", "2"])

@@ -5,9 +5,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from podracer.envs.prefix import graph as G
-from podracer.envs.prefix.builders import sklansky
-from podracer.networks_prefix import PrefixQNetwork, q_maps_to_actions, scalarize
+from experiments.prefix import graph as G
+from experiments.prefix.builders import sklansky
+from experiments.prefix.networks import PrefixQNetwork, q_maps_to_actions, scalarize
 
 
 def test_q_maps_are_laid_out_like_the_actions():

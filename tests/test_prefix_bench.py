@@ -7,12 +7,12 @@ import json
 import numpy as np
 import pytest
 
-from experiments.benchmarks import prefix as bench_prefix
 from experiments.cli import main
-from podracer.envs.prefix import graph as G
-from podracer.envs.prefix.builders import classic_adders
-from podracer.envs.prefix.front import grid_rows
-from podracer.envs.prefix.reward_pool import CacheMismatch, RewardPool, analytic_cost, cache_designs, graph_key
+from experiments.prefix import bench as bench_prefix
+from experiments.prefix import graph as G
+from experiments.prefix.builders import classic_adders
+from experiments.prefix.front import grid_rows
+from experiments.prefix.reward_pool import CacheMismatch, RewardPool, analytic_cost, cache_designs, graph_key
 
 
 def random_graphs(bits, count, seed):
@@ -87,7 +87,7 @@ def test_bench_prefix_on_a_finished_run_gives_the_baselines_its_budget(tmp_path)
     """A run directory whose cache holds the agent's syntheses: the table's budget is their
     number, every baseline evaluates exactly that many distinct graphs, every front is judged
     against the same reference point, and the verdict follows the hypervolumes."""
-    from experiments.prefix import make_pool
+    from experiments.prefix.cost_pools import make_pool
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()

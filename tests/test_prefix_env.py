@@ -6,10 +6,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from experiments.prefix import graph as G
+from experiments.prefix.builders import sklansky
+from experiments.prefix.env import PrefixAdderEnv
 from podracer.envs import UnknownEnvError, jax_env_ids, make_jax_env, register_jax_env
-from podracer.envs.prefix import graph as G
-from podracer.envs.prefix.builders import sklansky
-from podracer.envs.prefix.env import PrefixAdderEnv
 from podracer.types import DiscreteSpec, MaskedObs, ObsSpec
 
 
@@ -59,7 +59,7 @@ def test_registry_ids_and_specs():
 def test_a_malformed_area_weight_is_not_a_prefix_adder_id(env_id):
     """`-w` takes a decimal number; anything else is an unknown id (with close matches), not
     "could not convert string to float"."""
-    from podracer.envs.prefix.host_env import parse_host_id
+    from experiments.prefix.host_env import parse_host_id
 
     assert parse_host_id(env_id) is None
     if not env_id.startswith("PrefixAdderSynth"):

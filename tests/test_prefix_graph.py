@@ -8,10 +8,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from podracer.envs.prefix import graph as G
-from podracer.envs.prefix import jax_graph as J
-from podracer.envs.prefix.builders import brent_kung, classic_adders, kogge_stone, ripple, sklansky
-from podracer.envs.prefix.netlist import (
+from experiments.prefix import graph as G
+from experiments.prefix import jax_graph as J
+from experiments.prefix.builders import brent_kung, classic_adders, kogge_stone, ripple, sklansky
+from experiments.prefix.netlist import (
     Gate,
     Netlist,
     check_adds,
@@ -21,7 +21,7 @@ from podracer.envs.prefix.netlist import (
     to_blif,
     to_verilog,
 )
-from podracer.envs.prefix.synthesis import SynthesisError, run_yosys
+from experiments.prefix.synthesis import SynthesisError, run_yosys
 
 
 def random_graphs(n: int, count: int, seed: int = 0, legal: bool = True) -> list[np.ndarray]:

@@ -13,17 +13,17 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from experiments.prefix import graph as G
+from experiments.prefix import host_env, synthesis
+from experiments.prefix.builders import classic_adders, sklansky
+from experiments.prefix.env import PrefixAdderEnv
+from experiments.prefix.front import Design, pareto_front
+from experiments.prefix.host_env import PrefixHostEnv, prefix_host_specs
+from experiments.prefix.reward_pool import CacheMismatch, RewardPool, RewardTimeout, analytic_cost
+from experiments.prefix.synthesis import SynthesisResult, SynthesisUnavailable, find_synthesis
 from podracer.config import EnvConfig
 from podracer.envs.base import EnvState
 from podracer.envs.host import host_env_specs, make_host_env
-from podracer.envs.prefix import graph as G
-from podracer.envs.prefix import host_env, synthesis
-from podracer.envs.prefix.builders import classic_adders, sklansky
-from podracer.envs.prefix.env import PrefixAdderEnv
-from podracer.envs.prefix.front import Design, pareto_front
-from podracer.envs.prefix.host_env import PrefixHostEnv, prefix_host_specs
-from podracer.envs.prefix.reward_pool import CacheMismatch, RewardPool, RewardTimeout, analytic_cost
-from podracer.envs.prefix.synthesis import SynthesisResult, SynthesisUnavailable, find_synthesis
 
 
 def random_graphs(n, count, seed):
@@ -136,7 +136,7 @@ def test_reward_pool_cache_persists_and_a_resumed_run_never_synthesises_twice(tm
 def test_a_damaged_cache_line_that_is_not_utf8_costs_that_line_only(tmp_path):
     """Bytes that are not UTF-8 (a damaged disk block) spoil their own line, not the whole
     cache: the pool and `cache_designs` still read every other row."""
-    from podracer.envs.prefix.reward_pool import cache_designs
+    from experiments.prefix.reward_pool import cache_designs
 
     path = tmp_path / "costs.jsonl"
     graphs = list(classic_adders(8).values())
@@ -278,7 +278,7 @@ def test_a_failing_synthesis_is_one_line_and_the_next_one_works(tmp_path):
 def test_the_mapped_adder_is_formally_an_adder():
     """Yosys proves the netlist ABC mapped onto the library's cells (their Liberty functions)
     equal to `a + b` for every input (SAT on a miter); a wrong reference fails the proof."""
-    from podracer.envs.prefix.netlist import to_verilog
+    from experiments.prefix.netlist import to_verilog
 
     spec = find_synthesis()
     n = 16

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from experiments.cli import main
-from experiments.prefix import make_pool
-from podracer.envs.prefix import graph as G
-from podracer.envs.prefix import synthesis
-from podracer.envs.prefix.builders import classic_adders, sklansky
-from podracer.envs.prefix.front import (
+from experiments.prefix import graph as G
+from experiments.prefix import synthesis
+from experiments.prefix.builders import classic_adders, sklansky
+from experiments.prefix.cost_pools import make_pool
+from experiments.prefix.front import (
     Design,
     dominates,
     front_designs,
@@ -22,8 +22,8 @@ from podracer.envs.prefix.front import (
     read_designs,
     write_designs,
 )
-from podracer.envs.prefix.netlist import check_adds
-from podracer.envs.prefix.search import METHODS, anneal, pareto_local_search, random_search, search
+from experiments.prefix.netlist import check_adds
+from experiments.prefix.search import METHODS, anneal, pareto_local_search, random_search, search
 
 
 def test_pareto_front_and_hypervolume_by_hand():
@@ -159,7 +159,7 @@ def test_the_command_offers_every_search_method():
 def test_analytic_cost_models_name_their_fanout_weight():
     """A designs file records the analytic model with its fanout weight, and is costed
     again the same way; a model string that names no usable weight is refused."""
-    from experiments.prefix import pool_for_model
+    from experiments.prefix.cost_pools import pool_for_model
     from podracer.config import ConfigError
 
     graph = classic_adders(8)["kogge-stone"]
@@ -215,7 +215,7 @@ def test_prefix_baseline_without_pyosys_exits_2_naming_the_package(tmp_path, cap
 
 
 def test_synthesis_baseline_end_to_end_and_a_rerun_synthesises_nothing(tmp_path):
-    from experiments.prefix import run_baseline
+    from experiments.prefix.fronts import run_baseline
 
     cache = str(tmp_path / "cache.jsonl")
     first = run_baseline(8, "random", 10, str(tmp_path / "a"), cost="synthesis", workers=1, cache_path=cache)

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from experiments.presets import PRESETS
+from experiments.presets import all_presets
 from experiments.presets_ppo import ppo_cartpole_sebulba
 from podracer.agents import PPOConfig
 from podracer.config import Config, ConfigError, EnvConfig
@@ -33,10 +33,10 @@ def small_config(**arch) -> Config:
 
 @pytest.mark.timeout(30)
 def test_presets_are_valid_configs():
-    sebulba_presets = [name for name in PRESETS if name.endswith("-sebulba")]
+    sebulba_presets = [name for name in all_presets() if name.endswith("-sebulba")]
     assert "ppo-pong-sebulba" in sebulba_presets
     for name in sebulba_presets:
-        assert isinstance(PRESETS[name]().arch, SebulbaConfig), name
+        assert isinstance(all_presets()[name]().arch, SebulbaConfig), name
     setup(ppo_cartpole_sebulba())  # the default layout on 4 devices: 1 actor, 3 learners
 
 

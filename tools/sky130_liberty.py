@@ -8,7 +8,7 @@ corner (tt, 25 C, 1.80 V) of the cells in `CELLS`, drive strength 1, into one Li
 with what ABC's mapper reads (units, delay templates, area, pin functions and
 capacitances, delay and transition tables), and leaves out power, leakage and power pins.
 The numbers are copied unchanged. The output is
-`podracer/envs/prefix/cells/sky130_fd_sc_hd__tt_025C_1v80__prefix.lib`; its header names
+`experiments/prefix/cells/sky130_fd_sc_hd__tt_025C_1v80__prefix.lib`; its header names
 the commit it came from.
 """
 

@@ -7,7 +7,7 @@ Costs `--graphs` distinct random legal graphs of `--bits` bits through a new `Re
 `--workers` threads (no cache file), after one warm-up synthesis per worker (so the rate is
 the steady state, not the workers' start), `--rounds` times, and reports the median rate;
 then synthesises the classic adders at 16 and 32 bits. This installation's flow is pyosys onto the packaged library
-(`podracer.envs.prefix.synthesis`). With `--compare-abc` and `--compare-liberty`, the same
+(`experiments.prefix.synthesis`). With `--compare-abc` and `--compare-liberty`, the same
 graphs also go through a `yosys-abc` binary and a Liberty file of another installation (one
 `yosys-abc` process per synthesis, reading the graph as BLIF and running the same ABC flow),
 for a comparison; the project itself needs neither.
@@ -28,11 +28,11 @@ from typing import Any
 
 import numpy as np
 
-from podracer.envs.prefix.builders import classic_adders
-from podracer.envs.prefix.graph import random_graph
-from podracer.envs.prefix.netlist import to_blif
-from podracer.envs.prefix.reward_pool import RewardPool
-from podracer.envs.prefix.synthesis import FLOW, SynthesisResult, find_synthesis, parse_stime, synthesize
+from experiments.prefix.builders import classic_adders
+from experiments.prefix.graph import random_graph
+from experiments.prefix.netlist import to_blif
+from experiments.prefix.reward_pool import RewardPool
+from experiments.prefix.synthesis import FLOW, SynthesisResult, find_synthesis, parse_stime, synthesize
 
 
 def abc_binary_synthesize(nodes: np.ndarray, abc: str, liberty: str) -> SynthesisResult:

@@ -107,14 +107,16 @@ class _StopAt:
 
 def resolve_preset(name: str, overrides: Sequence[str]) -> Config:
     from experiments.overrides import apply_overrides
-    from experiments.presets import PRESETS
+    from experiments.presets import all_presets
 
-    if name not in PRESETS:
+    presets = all_presets()
+
+    if name not in presets:
         import difflib
 
-        close = difflib.get_close_matches(name, list(PRESETS), n=1)
+        close = difflib.get_close_matches(name, list(presets), n=1)
         raise ConfigError(f"unknown preset {name!r}" + (f"; did you mean {close[0]}?" if close else ""))
-    return apply_overrides(PRESETS[name](), list(overrides))
+    return apply_overrides(presets[name](), list(overrides))
 
 
 def check_overrides(overrides: Sequence[str]) -> None:

@@ -14,6 +14,7 @@ from podracer import networks
 from podracer.agents.policies import Categorical, Policy
 from podracer.config import ConfigError
 from podracer.ops import VTraceOutput, masked_logits, vtrace_td_error_and_advantage
+from podracer.torsos import BUILTIN_TORSOS
 from podracer.types import (
     ActionSpec,
     Array,
@@ -28,7 +29,7 @@ from podracer.types import (
     zeros_like_spec,
 )
 
-TORSOS = ("mlp", "nature_cnn", "impala_cnn", "minatar_cnn")
+TORSOS = BUILTIN_TORSOS
 ACTIVATIONS = ("tanh", "relu", "gelu")
 
 

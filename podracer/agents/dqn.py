@@ -47,11 +47,10 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from podracer import networks, networks_prefix, ops, parallel
+from podracer import networks, ops, parallel, torsos
 from podracer.agents import common
 from podracer.agents.dqn_config import DQNConfig
 from podracer.agents.registry import Algorithm
-from podracer.config import check
 from podracer.counters import Count
 from podracer.replay import Replay, ReplaySample, Transition, make_replay, same_observations
 from podracer.types import (
@@ -65,7 +64,6 @@ from podracer.types import (
     Params,
     PRNGKey,
     Trajectory,
-    network_obs_spec,
     split_mask,
     zeros_like_spec,
 )
@@ -113,15 +111,12 @@ class Step(NamedTuple):
 
 
 def make_q_network(config: DQNConfig, obs_spec: ObservationSpec, action_spec: DiscreteSpec) -> nn.Module:
-    """The Q-network `config.torso` names; "prefix_conv" is PrefixRL's fully convolutional
-    one and needs a grid observation `[N, N, C]` (C >= 4) with `2 * N * N` actions."""
-    if config.torso == "prefix_conv":
-        shape = tuple(network_obs_spec(obs_spec).shape)
-        fits = len(shape) == 3 and shape[0] == shape[1] and shape[2] >= 4
-        check(fits and action_spec.num_actions == 2 * shape[0] * shape[0], "agent.torso",
-              "'prefix_conv' needs a prefix-adder environment (observation [N, N, C], 2 N^2 actions)",
-              f"{config.torso} with observation {shape} and {action_spec.num_actions} actions")
-        return networks_prefix.ScalarizedPrefixQNetwork(config.prefix_blocks, config.prefix_channels)
+    """The Q-network `config.torso` names: a built-in torso under a Q head, or a registered
+    one (`podracer.torsos`) with `config.torso_options`, under a Q head unless it outputs
+    action values itself."""
+    if config.torso not in common.TORSOS:
+        module, outputs = torsos.make_registered(config.torso, config.torso_options, obs_spec, action_spec)
+        return module if outputs == "action_values" else networks.QNetwork(action_spec.num_actions, module)
     torso = common.make_torso(config.torso, config.hidden_sizes, config.activation, obs_spec)
     return networks.QNetwork(action_spec.num_actions, torso)
 

@@ -8,9 +8,8 @@ from typing import Literal
 
 from podracer.agents import common
 from podracer.config import check
+from podracer.torsos import parse_torso_options, registered_torsos
 from podracer.types import BatchShape
-
-TORSOS = common.TORSOS + ("prefix_conv",)  # DQN's: the shared torsos and PrefixRL's Q-maps
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,19 +55,17 @@ class DQNConfig:
     importance_exponent: float = 0.4
     priority_eps: float = 1e-6  # added to |TD error| so no transition gets priority 0
     unroll_sgd: bool = False  # unroll the gradient steps of an update (faster CNN updates on CPU, longer compile)
-    # network body: "mlp" for vectors, "nature_cnn" or "impala_cnn" for pixels, or
-    # "prefix_conv": PrefixRL's fully convolutional Q-maps (`podracer.networks_prefix`) for
-    # the prefix-adder grid `[N, N, C]` with 2 N^2 actions; hidden_sizes/activation unused.
-    torso: Literal["mlp", "nature_cnn", "impala_cnn", "prefix_conv"] = "mlp"
-    prefix_blocks: int = 4  # residual blocks of the prefix_conv network
-    prefix_channels: int = 32  # convolution channels of the prefix_conv network
+    # network body: "mlp" for vectors, "nature_cnn" or "impala_cnn" for pixels, or a torso
+    # registered by name (`podracer.torsos.register_torso`; hidden_sizes/activation unused)
+    torso: str = "mlp"
+    # a registered torso's options by name, e.g. blocks=2 channels=16 (`podracer.torsos`)
+    torso_options: tuple[str, ...] = ()
     hidden_sizes: tuple[int, ...] = (120, 84)  # MLP layer widths (torso mlp)
     activation: Literal["tanh", "relu", "gelu"] = "relu"  # MLP activation (torso mlp)
 
     def __post_init__(self) -> None:
         positive = ("learning_rate", "adam_eps", "max_grad_norm", "huber_delta", "buffer_size", "batch_size",
-                    "gradient_steps", "n_step", "target_update_period", "epsilon_decay_steps", "priority_eps",
-                    "prefix_channels")
+                    "gradient_steps", "n_step", "target_update_period", "epsilon_decay_steps", "priority_eps")
         for name in positive:
             check(getattr(self, name) > 0, f"agent.{name}", "must be > 0", getattr(self, name))
         check(self.replay_ratio is None or self.replay_ratio > 0, "agent.replay_ratio",
@@ -82,8 +79,13 @@ class DQNConfig:
               self.target_update_tau)
         for name in ("epsilon_start", "epsilon_end", "priority_exponent", "importance_exponent"):
             check(0 <= getattr(self, name) <= 1, f"agent.{name}", "must be in [0, 1]", getattr(self, name))
-        check(self.torso in TORSOS, "agent.torso", f"must be one of {TORSOS}", self.torso)
-        check(self.prefix_blocks >= 0, "agent.prefix_blocks", "must be >= 0", self.prefix_blocks)
+        registered = registered_torsos()
+        torsos = common.TORSOS + tuple(registered)
+        check(self.torso in torsos, "agent.torso", f"must be one of {torsos}", self.torso)
+        if self.torso in registered:
+            parse_torso_options(registered[self.torso], self.torso_options)
+        check(not self.torso_options or self.torso in registered, "agent.torso_options",
+              f"sets options of a registered torso; {self.torso!r} is built-in", self.torso_options)
         check(len(self.hidden_sizes) > 0 and min(self.hidden_sizes) > 0,
               "agent.hidden_sizes", "must be positive sizes", self.hidden_sizes)
         check(self.activation in common.ACTIVATIONS, "agent.activation", f"must be one of {common.ACTIVATIONS}",

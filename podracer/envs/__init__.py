@@ -11,14 +11,22 @@ import numpy as np
 from podracer.envs.base import EnvState, JaxEnv
 from podracer.envs.brax_env import BRAX_IDS
 from podracer.envs.catch import Catch
+from podracer.envs.families import (
+    JaxEnvFamily,
+    jax_env_families,
+    jax_family_of,
+    register_host_env_family,
+    register_jax_env_family,
+)
 from podracer.envs.gymnax_env import GYMNAX_IDS, GymnaxEnv, make_gymnax_env
 from podracer.envs.probes import PROBES
+from podracer.plugins import load_plugins
 
 if TYPE_CHECKING:
     from podracer.config import EnvConfig
 
 __all__ = ["EnvState", "JaxEnv", "Catch", "GymnaxEnv", "make_jax_env", "make_configured_jax_env", "jax_env_ids",
-           "register_jax_env", "UnknownEnvError"]
+           "register_jax_env", "register_jax_env_family", "register_host_env_family", "UnknownEnvError"]
 
 
 class UnknownEnvError(ValueError):
@@ -29,17 +37,13 @@ _BUILTIN: dict[str, Callable[[], JaxEnv]] = {"Catch": Catch, **PROBES}
 _USER: dict[str, Callable[[], JaxEnv]] = {}  # filled by register_jax_env, never at import
 
 
-def _prefix_ids() -> list[str]:
-    from podracer.envs.prefix.env import PREFIX_BITS
-
-    return [f"PrefixAdder-{bits}" for bits in PREFIX_BITS]
-
-
 def jax_env_ids() -> list[str]:
-    """Known ids: built-ins, gymnax ids, Brax ids (`brax/<name>`, with the `brax` extra) and
-    user ids; prefix adders also take any width and a fixed area weight,
-    `PrefixAdder-<bits>[-w<weight>]` (e.g. `PrefixAdder-24-w0.5`)."""
-    return sorted(_BUILTIN) + _prefix_ids() + list(GYMNAX_IDS) + list(BRAX_IDS) + sorted(_USER)
+    """Known ids: built-ins, the examples of the registered id families
+    (`podracer.envs.families`: a family also builds the ids of its pattern that it does not
+    list), gymnax ids, Brax ids (`brax/<name>`, with the `brax` extra) and user ids."""
+    load_plugins()
+    examples = [env_id for family in jax_env_families() for env_id in family.examples]
+    return sorted(_BUILTIN) + examples + list(GYMNAX_IDS) + list(BRAX_IDS) + sorted(_USER)
 
 
 def register_jax_env(env_id: str, factory: Callable[[], JaxEnv], overwrite: bool = False) -> None:
@@ -48,7 +52,7 @@ def register_jax_env(env_id: str, factory: Callable[[], JaxEnv], overwrite: bool
     For user environments in this process (a notebook, a script); a built-in id cannot be
     replaced, and a user id only with `overwrite=True`.
     """
-    if env_id in _BUILTIN or env_id in GYMNAX_IDS or env_id in BRAX_IDS or env_id.startswith("PrefixAdder-"):
+    if env_id in _BUILTIN or env_id in GYMNAX_IDS or env_id in BRAX_IDS or jax_family_of(env_id) is not None:
         raise ValueError(f"{env_id!r} is a built-in environment id; choose another name")
     if env_id in _USER and not overwrite:
         raise ValueError(f"{env_id!r} is already registered; pass overwrite=True to replace it")
@@ -65,22 +69,19 @@ def unknown_env_error(env_id: str, known: list[str], kind: str) -> UnknownEnvErr
 
 
 def make_jax_env(env_id: str) -> JaxEnv:
-    """Build a JAX environment by id: built-ins (`Catch`, `PrefixAdder-16`), gymnax ids
-    (`CartPole-v1`) or Brax ids (`brax/ant`; UnknownEnvError naming the extra when Brax is
-    not installed)."""
+    """Build a JAX environment by id: built-ins (`Catch`), user ids (`register_jax_env`),
+    gymnax ids (`CartPole-v1`), the ids of registered families (`register_jax_env_family`)
+    or Brax ids (`brax/ant`; UnknownEnvError naming the extra when Brax is not installed)."""
+    load_plugins()
     if env_id in _BUILTIN:
         return _BUILTIN[env_id]()
     if env_id in _USER:
         return _USER[env_id]()
     if env_id in GYMNAX_IDS:
         return make_gymnax_env(env_id)
-    if env_id.startswith("PrefixAdder-"):
-        from podracer.envs.prefix.env import make_prefix_env
-
-        try:
-            env = make_prefix_env(env_id)
-        except ValueError as error:
-            raise UnknownEnvError(str(error)) from None
+    family = jax_family_of(env_id)
+    if family is not None:
+        env = _make_in_family(family, env_id, ())
         if env is not None:
             return env
     if env_id in BRAX_IDS:
@@ -199,28 +200,38 @@ def check_batched_step(env: JaxEnv, env_id: str) -> None:
                           f"failed when traced: {_first_line(error)}") from None
 
 
-def _with_params(env: JaxEnv, env_config: EnvConfig) -> JaxEnv:
-    """`env` with `env_config.params` set: a prefix adder built again with those options,
-    another environment's parameters replaced by name."""
+def _make_in_family(family: JaxEnvFamily, env_id: str, params: tuple[str, ...]) -> JaxEnv | None:
+    """`family.make(env_id, params)`; its ValueError becomes UnknownEnvError (no params) or
+    a ConfigError naming `env.params`."""
     from podracer.config import ConfigError
-    from podracer.envs.params import with_params
-    from podracer.envs.prefix.env import PrefixAdderEnv, make_prefix_env, prefix_options
 
-    if type(env) is not PrefixAdderEnv:  # a subclass registered by a user has its own constructor
-        return with_params(env, env_config.params, env_config.id)
-    options = prefix_options(env_config.params, env_config.id, host=False)
     try:
-        return make_prefix_env(env_config.id, options)
+        return family.make(env_id, params)
+    except ConfigError:
+        raise
     except ValueError as error:
-        raise ConfigError(f"env.params: {error}") from None
+        if params:
+            raise ConfigError(f"env.params: {error}") from None
+        raise UnknownEnvError(str(error)) from None
+
+
+def _with_params(env: JaxEnv, env_config: EnvConfig) -> JaxEnv:
+    """`env` with `env_config.params` set: an id family's environment built again by its
+    factory with those options, another environment's parameters replaced by name."""
+    from podracer.envs.params import with_params
+
+    family = None if env_config.id in _USER else jax_family_of(env_config.id)
+    if family is None:
+        return with_params(env, env_config.params, env_config.id)
+    return _make_in_family(family, env_config.id, env_config.params)
 
 
 def make_configured_jax_env(env_config: EnvConfig) -> JaxEnv:
     """The JAX environment an `EnvConfig` describes: `make_jax_env(env_config.id)` (a user
     environment's outputs checked against its specs, `check_env_outputs`), showing
     the agent only `env_config.observe` where that is set (`podracer.envs.observe`), with
-    `env_config.params` set (`podracer.envs.params`; a prefix adder's constructor options,
-    `podracer.envs.prefix.env.prefix_options`) and truncated after
+    `env_config.params` set (`podracer.envs.params`; an id family's factory reads them as
+    its options, `podracer.envs.families`) and truncated after
     `env_config.max_episode_steps` where that is set (`TimeLimitJaxEnv`)."""
     env = make_jax_env(env_config.id)
     check_time_limit(env, env_config)

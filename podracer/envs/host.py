@@ -26,6 +26,7 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 
 from podracer.config import ConfigError, EnvConfig
+from podracer.envs.families import host_env_families, host_family_of
 from podracer.types import ActionSpec, BoxSpec, DiscreteSpec, ObservationSpec, ObsSpec, TimeStep, box_spec
 
 
@@ -65,8 +66,8 @@ class HostEnv(Protocol):
         """Release the environments (threads, processes)."""
 
     # Optional: `metrics() -> dict[str, float]`, numbers the environment measures itself,
-    # cumulative since it was made (the prefix adders' reward pool: syntheses per second,
-    # cache hit rate, seconds waited on rewards). Read through `env_metrics`.
+    # cumulative since it was made (e.g. a pool of reward workers: rewards computed per
+    # second, cache hit rate, seconds waited on rewards). Read through `env_metrics`.
 
 
 def env_metrics(env: Any) -> dict[str, float]:
@@ -178,44 +179,39 @@ class EpisodeCounters:
 
 
 def host_env_ids() -> list[str]:
-    """Every id a host environment can be made from (EnvPool's, Gymnasium's, the JAX registry's,
-    and the prefix adders': `PrefixAdder-<bits>` analytic, `PrefixAdderSynth-<bits>` synthesised)."""
+    """Every id a host environment can be made from: EnvPool's, Gymnasium's, the JAX
+    registry's, and the examples of the registered host id families
+    (`podracer.envs.families.register_host_env_family`)."""
     from podracer.envs import envpool_env, gymnasium_env, jax_env_ids
-    from podracer.envs.prefix.env import PREFIX_BITS
 
-    prefix = {f"PrefixAdder{kind}-{bits}" for kind in ("", "Synth") for bits in PREFIX_BITS}
-    return sorted(set(envpool_env.envpool_ids()) | set(gymnasium_env.gymnasium_ids()) | set(jax_env_ids()) | prefix)
-
-
-def _is_prefix_id(env_id: str) -> bool:
-    from podracer.envs.prefix.host_env import parse_host_id
-
-    return parse_host_id(env_id) is not None
+    examples = {env_id for family in host_env_families() for env_id in family.examples}
+    return sorted(set(envpool_env.envpool_ids()) | set(gymnasium_env.gymnasium_ids()) | set(jax_env_ids()) | examples)
 
 
 def host_backend(env_config: EnvConfig) -> str:
     """The backend that will run `env_config.id` (`_host_backend`); `env.params` is refused
-    for a backend other than "jax" and "prefix" (the prefix adders' options)."""
+    for a backend other than "jax" and the id families (which read them as their options)."""
     backend = _host_backend(env_config)
-    if env_config.params and backend not in ("jax", "prefix"):
-        raise ConfigError(f"env.params sets parameters of JAX environments (and the prefix adders' options); "
+    if env_config.params and backend in ("envpool", "gymnasium"):
+        raise ConfigError(f"env.params sets parameters of JAX environments (and the options of id families); "
                           f"{env_config.id} runs on {backend} here (--env.backend jax runs a JAX environment on "
                           "the host)")
     return backend
 
 
 def _host_backend(env_config: EnvConfig) -> str:
-    """The backend that will run `env_config.id`: "prefix" for the prefix-adder ids (whatever
-    `env.backend` says), else "envpool", "gymnasium" or "jax" (a JAX environment stepped on
-    the host, `podracer.envs.jax_host`), the first that has the id.
+    """The backend that will run `env_config.id`: the name of the registered host id family
+    it belongs to (whatever `env.backend` says), else "envpool", "gymnasium" or "jax" (a JAX
+    environment stepped on the host, `podracer.envs.jax_host`), the first that has the id.
 
     Raises UnknownEnvError (listing close matches) when the chosen backend lacks the id,
     naming the `envpool` extra when EnvPool is not installed.
     """
     from podracer.envs import envpool_env, gymnasium_env, jax_env_ids, unknown_env_error
 
-    if _is_prefix_id(env_config.id):
-        return "prefix"
+    family = host_family_of(env_config.id)
+    if family is not None:
+        return family.name
     backend = env_config.backend
     if backend in ("auto", "envpool") and env_config.id in envpool_env.envpool_ids():
         return "envpool"
@@ -235,8 +231,8 @@ def _host_backend(env_config: EnvConfig) -> str:
 def host_env_specs(env_config: EnvConfig) -> tuple[ObservationSpec, ActionSpec]:
     """Observation and action specs of a host environment, without building a batch.
 
-    A prefix adder's observation spec is a `MaskedObs` of `ObsSpec`s; asking for synthesis
-    rewards where pyosys is missing raises `SynthesisUnavailable` (a ValueError, one line).
+    An id family's specs come from its `specs` function (which may raise ConfigError, or a
+    ValueError naming what its environments need).
     """
     obs_spec, action_spec = _backend_specs(env_config)
     if env_config.observe:
@@ -250,10 +246,9 @@ def _backend_specs(env_config: EnvConfig) -> tuple[ObservationSpec, ActionSpec]:
     from podracer.envs import envpool_env, gymnasium_env, jax_host
 
     backend = host_backend(env_config)
-    if backend == "prefix":
-        from podracer.envs.prefix.host_env import prefix_host_specs
-
-        return prefix_host_specs(env_config.id, env_config.max_episode_steps, env_config.params)
+    family = host_family_of(env_config.id)
+    if family is not None:
+        return family.specs(env_config.id, env_config.max_episode_steps, env_config.params)
     if backend == "envpool":
         return envpool_env.envpool_specs(env_config)
     if backend == "jax":
@@ -263,8 +258,9 @@ def _backend_specs(env_config: EnvConfig) -> tuple[ObservationSpec, ActionSpec]:
 
 def host_env_record(env_config: EnvConfig) -> dict[str, Any] | None:
     """What an environment's rewards depend on beyond its config, for the run directory
-    (`experiments.train` writes it to `RUN_DIR/environment.json`): a synthesis-reward prefix
-    adder's toolchain, cell library and flow; None for every other environment.
+    (`experiments.train` writes it to `RUN_DIR/environment.json` and checks it on resume):
+    its id family's `record` (a synthesis toolchain's versions, say); None for every other
+    environment.
 
     Args:
         env_config: the run's environment section.
@@ -272,12 +268,8 @@ def host_env_record(env_config: EnvConfig) -> dict[str, Any] | None:
     Returns:
         A JSON-able dict, or None.
     """
-    if not _is_prefix_id(env_config.id):
-        return None
-    from podracer.envs.prefix.host_env import synthesis_record
-
-    record = synthesis_record(env_config.id)
-    return None if record is None else {"synthesis": record}
+    family = host_family_of(env_config.id)
+    return None if family is None or family.record is None else family.record(env_config.id)
 
 
 def make_host_env(env_config: EnvConfig, num_envs: int, seed: int, num_threads: int = 0) -> HostEnv:
@@ -298,10 +290,9 @@ def _make_backend_env(env_config: EnvConfig, num_envs: int, seed: int, num_threa
     from podracer.envs import envpool_env, gymnasium_env, jax_host
 
     backend = host_backend(env_config)
-    if backend == "prefix":
-        from podracer.envs.prefix.host_env import make_prefix_host_env
-
-        return make_prefix_host_env(env_config.id, num_envs, seed, env_config.max_episode_steps, env_config.params)
+    family = host_family_of(env_config.id)
+    if family is not None:
+        return family.make(env_config.id, num_envs, seed, env_config.max_episode_steps, env_config.params)
     if backend == "envpool":
         return envpool_env.EnvPoolEnv(env_config, num_envs, seed, num_threads)
     if backend == "jax":

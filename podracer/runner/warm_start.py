@@ -1,12 +1,12 @@
 """Warm starts: a new run's agent parameters from another run's checkpoint.
 
 Fine-tuning, and transfer from a cheap environment to a costly one with the same
-observations and actions (the prefix-adder agent from analytic costs under Anakin to
-synthesis rewards under Sebulba; its fully convolutional network also moves between adder
-widths). Only the parameters travel: the optimizer state, replay buffers, keys, the
-environments and the run's counters start fresh, and so do integer leaves of the
-parameters (step counters such as PQN's and DQN's env steps, the position of an
-exploration schedule). Floating-point leaves are the network weights, a DQN target
+observations and actions (an agent trained on a JAX environment's cheap model under
+Anakin, then on the costly host form of the same environment under Sebulba; a fully
+convolutional network also moves between grid sizes). Only the parameters travel: the
+optimizer state, replay buffers, keys, the environments and the run's counters start
+fresh, and so do integer leaves of the parameters (step counters such as PQN's and DQN's
+env steps, the position of an exploration schedule). Floating-point leaves are the network weights, a DQN target
 network, observation-normalisation statistics: they come from the checkpoint.
 
 Either architecture's checkpoint serves either architecture: an Anakin run stores

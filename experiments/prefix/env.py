@@ -1,6 +1,6 @@
 """The prefix-adder design environment in JAX (Anakin), after PrefixRL (Roy et al., DAC 2021).
 
-State: a legal prefix graph on the N x N grid (`podracer.envs.prefix.graph`). Actions:
+State: a legal prefix graph on the N x N grid (`experiments.prefix.graph`). Actions:
 `2 * N * N` discrete, add (0) or delete (1) the node at cell (i, j), index
 `kind * N * N + i * N + j`, legal only where `action_mask` says (an illegal action leaves
 the graph unchanged and earns 0); each action is followed by legalisation.
@@ -27,10 +27,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from experiments.prefix import graph as np_graph
+from experiments.prefix import jax_graph
+from experiments.prefix.builders import BUILDERS, sklansky
 from podracer.envs.base import JaxEnv
-from podracer.envs.prefix import graph as np_graph
-from podracer.envs.prefix import jax_graph
-from podracer.envs.prefix.builders import BUILDERS, sklansky
 from podracer.types import DiscreteSpec, MaskedObs, ObsSpec
 
 RESETS = ("ripple", "sklansky", "random", "mixed")
@@ -202,7 +202,7 @@ def parse_prefix_id(env_id: str) -> dict[str, Any] | None:
 
 
 # Options of both forms set by `EnvConfig.params` (`--env.params reset=sklansky`), and of the
-# host form only (`podracer.envs.prefix.host_env.PrefixHostEnv`).
+# host form only (`experiments.prefix.host_env.PrefixHostEnv`).
 OPTIONS: dict[str, type] = {"reset": str, "fanout_weight": float, "reference": str, "max_density": float}
 HOST_OPTIONS: dict[str, type] = {"front_restarts": float}
 

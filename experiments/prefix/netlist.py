@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from podracer.envs.prefix.graph import check_graph, compute_nodes, is_legal, parents
+from experiments.prefix.graph import check_graph, compute_nodes, is_legal, parents
 
 OPS = ("and", "or", "xor")
 

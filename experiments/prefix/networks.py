@@ -1,14 +1,15 @@
 """PrefixRL's Q-network (Roy et al., DAC 2021): fully convolutional over the prefix grid, with
 separate area and delay Q-maps.
 
-The grid observation `[B, N, N, C]` (`podracer.envs.prefix.env`) goes through a 3x3
+The grid observation `[B, N, N, C]` (`experiments.prefix.env`) goes through a 3x3
 convolution and residual blocks that keep the N x N resolution, then a 1x1 convolution gives
 4 values per cell: Q for (area, delay) x (add, delete). They are laid out as
 `[B, 2 objectives, 2 * N * N]`, the action index being `kind * N * N + i * N + j` like the
 environment's, and scalarised with the area weight w: `w Q_area + (1 - w) Q_delay`.
 Having no dense layer, the same parameters serve any adder width N.
 
-DQN uses it through `ScalarizedPrefixQNetwork` (`DQNConfig(torso="prefix_conv")`): the two
+DQN uses it through `ScalarizedPrefixQNetwork`, registered as the torso "prefix_conv"
+(`DQNConfig(torso="prefix_conv", torso_options=("blocks=4", "channels=32"))`): the two
 maps are scalarised with the w the observation carries (its fifth channel, when w is sampled
 per episode) and trained on the environment's scalarised reward; the maps are not supervised
 per objective (the environments report only the scalarised reward).
@@ -16,11 +17,15 @@ per objective (the environments report only the scalarised reward).
 
 from __future__ import annotations
 
+import dataclasses
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from podracer.config import check
 from podracer.networks import orthogonal
+from podracer.types import ActionSpec, ObservationSpec, network_obs_spec
 
 OBJECTIVES = ("area", "delay")
 
@@ -82,3 +87,42 @@ class ScalarizedPrefixQNetwork(nn.Module):
         q = PrefixQNetwork(self.blocks, self.channels)(obs)
         area_weight = obs[..., 0, 0, 4] if obs.shape[-1] > 4 else jnp.full(obs.shape[:-3], 0.5)
         return scalarize(q, area_weight)
+
+
+@dataclasses.dataclass(frozen=True)
+class PrefixConvOptions:
+    """Options of the "prefix_conv" torso (`agent.torso_options`)."""
+
+    blocks: int = 4  # residual blocks
+    channels: int = 32  # convolution channels
+
+    def __post_init__(self) -> None:
+        if self.blocks < 0:
+            raise ValueError(f"blocks must be >= 0, got {self.blocks}")
+        if self.channels <= 0:
+            raise ValueError(f"channels must be > 0, got {self.channels}")
+
+
+def make_prefix_conv(options: PrefixConvOptions, obs_spec: ObservationSpec,
+                     action_spec: ActionSpec) -> ScalarizedPrefixQNetwork:
+    """The "prefix_conv" torso: `ScalarizedPrefixQNetwork`, for a grid observation
+    `[N, N, C]` (C >= 4) with `2 * N * N` actions.
+
+    Args:
+        options: its blocks and channels.
+        obs_spec: the environment's observations (a `MaskedObs` of the grid).
+        action_spec: the environment's actions.
+
+    Returns:
+        The network, which outputs one Q-value per action.
+
+    Raises:
+        ConfigError: naming `agent.torso` for another environment.
+    """
+    shape = tuple(network_obs_spec(obs_spec).shape)
+    num_actions = getattr(action_spec, "num_actions", None)
+    fits = len(shape) == 3 and shape[0] == shape[1] and shape[2] >= 4
+    check(fits and num_actions == 2 * shape[0] * shape[0], "agent.torso",
+          "'prefix_conv' needs a prefix-adder environment (observation [N, N, C], 2 N^2 actions)",
+          f"prefix_conv with observation {shape} and {num_actions} actions")
+    return ScalarizedPrefixQNetwork(options.blocks, options.channels)

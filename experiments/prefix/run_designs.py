@@ -7,7 +7,7 @@ w when it trained with a fixed one), one episode each (the run's `env.max_episod
 else the environment's horizon), every graph visited along the way is costed in the run's
 cost model (analytic, or synthesis through the reward pool and its cache) and written to
 `RUN_DIR/designs.jsonl`; the front, plot and Verilog follow as for a search
-(`experiments.prefix.show_front`).
+(`experiments.prefix.fronts.show_front`).
 """
 
 from __future__ import annotations
@@ -19,11 +19,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from experiments.prefix.builders import sklansky
+from experiments.prefix.cost_pools import make_pool
+from experiments.prefix.env import PrefixAdderEnv, jax_form_options
+from experiments.prefix.front import DESIGNS_FILE, Design, write_designs
+from experiments.prefix.graph import empty_graph
 from podracer.config import ConfigError
-from podracer.envs.prefix.builders import sklansky
-from podracer.envs.prefix.env import PrefixAdderEnv, jax_form_options
-from podracer.envs.prefix.front import DESIGNS_FILE, Design, write_designs
-from podracer.envs.prefix.graph import empty_graph
 
 STARTS = ("ripple", "sklansky")
 
@@ -62,9 +63,8 @@ def greedy_graphs(env: PrefixAdderEnv, policy: Any, params: Any, weights: np.nda
 def collect_run_designs(run_dir: str, num_weights: int = 11, agent_seed: int = 0) -> dict[str, Any]:
     """Write `RUN_DIR/designs.jsonl` from greedy rollouts of the run's latest checkpoint."""
     from experiments.evaluate import load_policy
-    from experiments.prefix import make_pool
+    from experiments.prefix.host_env import host_options, parse_host_id
     from experiments.train import load_run_config
-    from podracer.envs.prefix.host_env import host_options, parse_host_id
 
     config = load_run_config(run_dir)
     spec = parse_host_id(config.env.id)

@@ -1,4 +1,4 @@
-"""The classic prefix adders as graphs on the grid (`podracer.envs.prefix.graph`).
+"""The classic prefix adders as graphs on the grid (`experiments.prefix.graph`).
 
 For N = 2^k their node counts (prefix operators, inputs excluded) are the textbook ones:
 ripple N - 1, Sklansky (N/2) log N, Kogge-Stone N log N - N + 1, Brent-Kung 2N - 2 - log N;
@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from podracer.envs.prefix.graph import empty_graph, legalize
+from experiments.prefix.graph import empty_graph, legalize
 
 
 def ripple(n: int) -> np.ndarray:

@@ -11,7 +11,7 @@ searches). Pareto local search is what an agent restarting from its front
    a fresh synthesis cache of its own, `RUN/synthesis-cache.jsonl`, until it has synthesised
    `--budget` distinct graphs (checked after every update, so it may pass the budget by
    one update's new graphs); then its greedy designs are collected
-   (`experiments.prefix_run`) through the same cache. With `--run-dir` a finished run is
+   (`experiments.prefix.run_designs`) through the same cache. With `--run-dir` a finished run is
    read instead: its directory must hold that cache (train it with
    `PODRACER_PREFIX_CACHE=RUN/synthesis-cache.jsonl`).
 2. Budget accounting: the cache holds every distinct graph the agent had synthesised,
@@ -19,12 +19,12 @@ searches). Pareto local search is what an agent restarting from its front
    greedy designs. All of them count as its designs, and their number is the budget that
    every baseline then gets (`budget` in the result; `budget_requested` is `--budget`).
 3. Simulated annealing, random search and Pareto local search
-   (`podracer.envs.prefix.search`) with that budget, one run per baseline seed; searches
+   (`experiments.prefix.search`) with that budget, one run per baseline seed; searches
    count distinct graphs evaluated, as the agent's count, so their own cache (the user's
    default) saves time but not budget.
 
 Every front is judged with the same reference point (the classic adders' worst area and
-delay, `experiments.prefix.summarize_front`). `OUT/comparison.json` holds the table, and
+delay, `experiments.prefix.fronts.summarize_front`). `OUT/comparison.json` holds the table, and
 `OUT/<method>[-seed<k>]/` each method's designs, plot, Verilog front and `front.json`.
 """
 
@@ -40,10 +40,10 @@ from typing import Any
 
 import numpy as np
 
+from experiments.prefix.front import write_designs
+from experiments.prefix.host_env import CACHE_ENV_VAR, default_cache_path, parse_host_id
+from experiments.prefix.reward_pool import cache_designs
 from podracer.config import Config, ConfigError
-from podracer.envs.prefix.front import write_designs
-from podracer.envs.prefix.host_env import CACHE_ENV_VAR, default_cache_path, parse_host_id
-from podracer.envs.prefix.reward_pool import cache_designs
 
 AGENT_CACHE = "synthesis-cache.jsonl"
 BASELINES = ("anneal", "random", "local")
@@ -86,9 +86,9 @@ def train_agent(config: Config, budget: int, log: Callable[[str], None] = print)
     """Train `config` (its `run_dir` set) with a fresh cache in the run directory until
     `budget` distinct graphs were synthesised (or `total_env_steps`), then collect its
     greedy designs through the same cache. What the run did."""
-    from experiments.prefix_run import collect_run_designs
+    from experiments.prefix.host_env import shared_reward_pool
+    from experiments.prefix.run_designs import collect_run_designs
     from experiments.train import train
-    from podracer.envs.prefix.host_env import shared_reward_pool
 
     cache = os.path.join(config.run_dir, AGENT_CACHE)
     if os.path.exists(cache):
@@ -133,7 +133,8 @@ def compare(out: str, budget: int | None = None, config: Config | None = None, r
     """The comparison (see the module docstring): train `config` until `budget` syntheses
     (its `run_dir` defaults to `OUT/agent-run`), or read the finished `run_dir`; then every
     baseline with the agent's count as its budget. Writes and returns the table."""
-    from experiments.prefix import check_writable_out, make_pool, run_baseline, show_front
+    from experiments.prefix.cost_pools import make_pool
+    from experiments.prefix.fronts import check_writable_out, run_baseline, show_front
 
     check_writable_out(out)
     trained: dict[str, Any] = {}

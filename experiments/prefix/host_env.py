@@ -1,7 +1,7 @@
 """The prefix-adder environment as a host environment (Sebulba), with synthesis rewards.
 
 Same dynamics, observations, masks, horizon and reward formula as the JAX form
-(`podracer.envs.prefix.env.PrefixAdderEnv`: the batch is stepped by the same jitted
+(`experiments.prefix.env.PrefixAdderEnv`: the batch is stepped by the same jitted
 functions, on the CPU), but the area and delay behind the rewards can come from synthesis
 (Yosys/ABC) through a `RewardPool` of reward workers instead of the analytic model.
 
@@ -23,20 +23,20 @@ from typing import Any
 import jax
 import numpy as np
 
-from podracer.config import ConfigError
-from podracer.envs.host import EpisodeCounters, HostStep
-from podracer.envs.prefix import graph as np_graph
-from podracer.envs.prefix import jax_graph
-from podracer.envs.prefix.builders import BUILDERS, sklansky
-from podracer.envs.prefix.env import (
+from experiments.prefix import graph as np_graph
+from experiments.prefix import jax_graph
+from experiments.prefix.builders import BUILDERS, sklansky
+from experiments.prefix.env import (
     PrefixAdderEnv,
     jax_form_options,
     parse_prefix_id,
     prefix_options,
 )
-from podracer.envs.prefix.front import Design, front_designs
-from podracer.envs.prefix.reward_pool import RewardPool, check_cache_file
-from podracer.envs.prefix.synthesis import find_synthesis
+from experiments.prefix.front import Design, front_designs
+from experiments.prefix.reward_pool import RewardPool, check_cache_file
+from experiments.prefix.synthesis import find_synthesis
+from podracer.config import ConfigError
+from podracer.envs.host import EpisodeCounters, HostStep
 from podracer.types import DiscreteSpec, MaskedObs, TimeStep
 
 CACHE_ENV_VAR = "PODRACER_PREFIX_CACHE"
@@ -69,6 +69,30 @@ def synthesis_record(env_id: str) -> dict[str, str] | None:
 
 _SHARED: dict[tuple, RewardPool] = {}
 _SHARED_LOCK = threading.Lock()
+
+# The Pareto front of every design the host environments of this process costed, by
+# (bits, cost model): what a run found, written to its directory when it ends
+# (`experiments.prefix.run_front`), which then forgets it.
+_FOUND: dict[tuple[int, str], list[Design]] = {}
+_FOUND_LOCK = threading.Lock()
+
+
+def found_front(bits: int, model: str, forget: bool = False) -> list[Design]:
+    """The front of the designs this process's host environments of width `bits` costed
+    under `model` ("analytic-<fanout weight>" or "synthesis:<identity>", as designs files
+    name cost models).
+
+    Args:
+        bits: the adders' width.
+        model: the cost model.
+        forget: clear the record after reading it (a run that ended takes its designs).
+
+    Returns:
+        The designs on the front, by area.
+    """
+    with _FOUND_LOCK:
+        front = _FOUND.pop((bits, model), []) if forget else _FOUND.get((bits, model), [])
+    return list(front)
 
 
 def shared_reward_pool(cache_path: str | None = None) -> RewardPool:
@@ -105,6 +129,7 @@ class PrefixHostEnv:
         self.num_envs, self.bits, self.pool = num_envs, bits, pool
         self.reward_timeout_s, self.front_restarts = reward_timeout_s, float(front_restarts)
         self._front: list[Design] = []
+        self.cost_model = f"analytic-{fanout_weight:g}" if pool is None else f"synthesis:{pool.identity}"
         self.observation_spec = self.spec_env.observation_spec(None)
         self.action_spec = DiscreteSpec(2 * bits * bits)
         self._rng = np.random.default_rng(seed)
@@ -184,11 +209,15 @@ class PrefixHostEnv:
         self._starting = (envs, self._request(self._nodes[envs], self._cost[envs]))
 
     def _remember(self, nodes: np.ndarray, costs: np.ndarray) -> None:
-        """Keep the front of the designs costed so far (for `front_restarts`); of designs
-        with equal costs, the first found stays."""
+        """Keep the front of the designs costed so far (for `front_restarts`), and add them to
+        the process's record of what was found (`found_front`); of designs with equal costs,
+        the first found stays."""
+        new = [Design(np.array(g, bool), float(a), float(d)) for g, (a, d) in zip(nodes, costs)]
         if self.front_restarts:
-            new = [Design(np.array(g, bool), float(a), float(d)) for g, (a, d) in zip(nodes, costs)]
             self._front = front_designs(self._front + new)
+        with _FOUND_LOCK:
+            key = (self.bits, self.cost_model)
+            _FOUND[key] = front_designs(_FOUND.get(key, []) + new)
 
     @property
     def front(self) -> list[Design]:

@@ -20,8 +20,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from podracer.envs.prefix.graph import check_graph, is_legal
-from podracer.envs.prefix.netlist import to_verilog
+from experiments.prefix.graph import check_graph, is_legal
+from experiments.prefix.netlist import to_verilog
 
 DESIGNS_FILE = "designs.jsonl"
 _FRONT_FILE = re.compile(r"^adder\d+_\d+_area.*_delay.*\.v$")  # what `write_verilog_front` names

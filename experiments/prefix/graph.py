@@ -1,7 +1,7 @@
 """Parallel prefix graphs on the N x N lower-triangular grid (PrefixRL, Roy et al., DAC 2021).
 
 This is the NumPy reference: plain loops, written to be read. The JAX environment
-(`podracer.envs.prefix.jax_graph`) computes the same quantities vectorised and is tested
+(`experiments.prefix.jax_graph`) computes the same quantities vectorised and is tested
 against it; the host environment (Sebulba) and the netlist writers use this module.
 
 A graph is a `bool [N, N]` array `nodes`; `nodes[i, j]` (j <= i) is the node computing the

@@ -7,7 +7,7 @@ Pareto fronts against the classic adders.
 A baseline writes every design it evaluated to `OUT/designs.jsonl`; `prefix-front DIR`
 reads `DIR/designs.jsonl` (any search or run that writes that file; on a training run's
 directory without one, it first collects the designs its greedy policy reaches,
-`experiments.prefix_run`), plots the front
+`experiments.prefix.run_designs`), plots the front
 (area against delay) with the classic adders costed the same way (`DIR/front.png`), writes
 each design on the front as a Verilog module adding two N-bit numbers (`DIR/front/*.v`) and
 a summary with the hypervolume (`DIR/front.json`).
@@ -19,20 +19,17 @@ dominates, so fronts of one width and cost model compare directly.
 
 from __future__ import annotations
 
-import concurrent.futures as cf
-import functools
 import json
-import math
 import os
 import time
 from typing import Any
 
 import numpy as np
 
-from podracer.config import ConfigError
-from podracer.envs.prefix.builders import classic_adders
-from podracer.envs.prefix.env import MAX_BITS
-from podracer.envs.prefix.front import (
+from experiments.prefix.builders import classic_adders
+from experiments.prefix.cost_pools import make_pool, pool_for_model
+from experiments.prefix.env import MAX_BITS
+from experiments.prefix.front import (
     Design,
     dominates,
     front_designs,
@@ -41,54 +38,10 @@ from podracer.envs.prefix.front import (
     write_designs,
     write_verilog_front,
 )
-from podracer.envs.prefix.reward_pool import RewardPool, analytic_cost
-from podracer.envs.prefix.search import METHODS, search
-from podracer.envs.prefix.synthesis import SynthesisUnavailable, find_synthesis
-
-COST_MODELS = ("synthesis", "analytic")
-
-
-def make_pool(cost: str, workers: int | None = None, cache_path: str | None = None,
-              fanout_weight: float = 0.0) -> tuple[RewardPool, str]:
-    """`(pool, model)` for a cost model name; the model string is stored with each design.
-    `fanout_weight` > 0: the analytic delay is the fanout-aware arrival time."""
-    if cost == "analytic":
-        model = f"analytic-{fanout_weight:g}"
-        evaluate = functools.partial(analytic_cost, fanout_weight=fanout_weight)
-        return RewardPool(evaluate=evaluate, identity=model, executor=cf.ThreadPoolExecutor(1)), model
-    if cost != "synthesis":
-        raise ConfigError(f"--cost must be one of {COST_MODELS}, got {cost!r}")
-    from podracer.envs.prefix.host_env import CACHE_ENV_VAR, default_cache_path
-
-    try:
-        spec = find_synthesis()
-    except SynthesisUnavailable as error:
-        raise ConfigError(str(error)) from None
-    try:
-        pool = RewardPool(spec, cache_path=cache_path or default_cache_path(), workers=workers)
-    except ValueError as error:  # the cache file cannot be used
-        raise ConfigError(f"{'--cache' if cache_path else f'${CACHE_ENV_VAR}'}: {error}") from None
-    return pool, f"synthesis:{spec.identity}"
-
-
-def pool_for_model(model: str) -> RewardPool:
-    """A pool that costs designs the way `model` (from a designs file) did."""
-    if model.startswith("analytic-"):
-        try:
-            fanout_weight = float(model.removeprefix("analytic-"))
-            if not (math.isfinite(fanout_weight) and fanout_weight >= 0):
-                raise ValueError(model)
-        except ValueError:
-            raise ConfigError(f"unknown cost model {model!r} in the designs file") from None
-        return make_pool("analytic", fanout_weight=fanout_weight)[0]
-    if model.startswith("synthesis:"):
-        pool, current = make_pool("synthesis")
-        if current != model:
-            pool.close()
-            raise ConfigError(f"the designs were synthesised with another flow or cell library ({model}) than "
-                              f"this machine's ({current})")
-        return pool
-    raise ConfigError(f"unknown cost model {model!r} in the designs file")
+from experiments.prefix.reward_pool import RewardPool
+from experiments.prefix.run_designs import collect_run_designs, is_prefix_run
+from experiments.prefix.search import METHODS, search
+from podracer.config import ConfigError
 
 
 def summarize_front(designs: list[Design], classics: dict[str, tuple[float, float]]) -> dict[str, Any]:
@@ -135,9 +88,7 @@ def plot_front(designs: list[Design], summary: dict[str, Any], path: str, title:
 def show_front(directory: str, out: str | None = None, pool: RewardPool | None = None) -> dict[str, Any]:
     """`podracer prefix-front DIR`: plot, Verilog of the front, `front.json`; the summary.
     On a training run's directory without `designs.jsonl`, the designs of its latest
-    checkpoint's greedy rollouts are collected first (`experiments.prefix_run`)."""
-    from experiments.prefix_run import collect_run_designs, is_prefix_run
-
+    checkpoint's greedy rollouts are collected first (`experiments.prefix.run_designs`)."""
     if out is not None:  # before any rollout or synthesis
         check_writable_plot(out)
     collected = collect_run_designs(directory) if os.path.isdir(directory) and is_prefix_run(directory) else None

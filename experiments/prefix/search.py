@@ -4,7 +4,7 @@ search under a budget of unique syntheses (the issue's yardstick for the RL agen
 Both evaluate designs through a `RewardPool` (synthesis or analytic costs) in batches, so
 the pool's workers run in parallel, and count each distinct graph once against the budget,
 however often it is proposed. Every design evaluated is kept; the result is judged by its
-Pareto front (`podracer.envs.prefix.front`).
+Pareto front (`experiments.prefix.front`).
 
 Simulated annealing (Kirkpatrick et al. 1983) runs one chain per area weight w in an even
 spread over (0, 1), each minimising `w area / area_ref + (1 - w) delay / delay_ref`
@@ -27,10 +27,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from podracer.envs.prefix import graph as G
-from podracer.envs.prefix.builders import BUILDERS, sklansky
-from podracer.envs.prefix.front import Design, front_designs
-from podracer.envs.prefix.reward_pool import RewardPool, graph_key
+from experiments.prefix import graph as G
+from experiments.prefix.builders import BUILDERS, sklansky
+from experiments.prefix.front import Design, front_designs
+from experiments.prefix.reward_pool import RewardPool, graph_key
 
 
 class SearchResult(NamedTuple):

@@ -1,4 +1,4 @@
-"""The prefix-graph computations of `podracer.envs.prefix.graph`, vectorised in JAX.
+"""The prefix-graph computations of `experiments.prefix.graph`, vectorised in JAX.
 
 Same definitions, same results (tested against the NumPy reference); written for one graph
 `bool [N, N]` and batched with `vmap`. Nothing here loops over nodes: per row, an upper

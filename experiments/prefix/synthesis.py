@@ -44,7 +44,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from podracer.envs.prefix.netlist import to_verilog
+from experiments.prefix.netlist import to_verilog
 
 LIBERTY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cells",
                        "sky130_fd_sc_hd__tt_025C_1v80__prefix.lib")

@@ -1,6 +1,6 @@
 """Env steps per second of the prefix-adder JAX environment: a vmapped batch stepped under
 `jit` + `lax.scan` with random legal actions (sampled from the action mask), auto-resets
-included. `python experiments/prefix_bench.py 16 32` prints one JSON line per width and
+included. `python -m experiments.prefix.env_bench 16 32` prints one JSON line per width and
 reset mode."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import jax.numpy as jnp
 def bench_prefix_env(bits: int = 16, num_envs: int = 256, steps: int = 64, repeats: int = 3,
                      reset: str = "mixed") -> dict:
     """`{"bits", "num_envs", "sps", ...}`: steady-state env steps/s (compile excluded)."""
-    from podracer.envs.prefix.env import PrefixAdderEnv
+    from experiments.prefix.env import PrefixAdderEnv
 
     env = PrefixAdderEnv(bits, reset=reset)
 

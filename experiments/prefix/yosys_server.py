@@ -1,4 +1,4 @@
-"""A Yosys process for `podracer.envs.prefix.synthesis`: runs Yosys commands through pyosys.
+"""A Yosys process for `experiments.prefix.synthesis`: runs Yosys commands through pyosys.
 
     python yosys_server.py LOG_PATH
 
