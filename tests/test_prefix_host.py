@@ -299,7 +299,7 @@ def test_a_cache_written_with_another_toolchain_or_library_is_refused(tmp_path, 
     """The cache file starts with the toolchain record of the pool that wrote it; a pool (and
     the host env's specs, and `prefix-baseline`) refuses a file recorded under another pyosys
     version or library, or written without a record, in one line that names the file."""
-    from experiments.prefix import make_pool
+    from experiments.prefix.cost_pools import make_pool
     from podracer.config import ConfigError
 
     spec = find_synthesis()
