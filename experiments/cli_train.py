@@ -14,6 +14,7 @@ from experiments.cli_parser import fail
 def resolve_config(preset: str, overrides: list[str]):
     from experiments.overrides import apply_overrides
     from experiments.presets import PRESETS
+    from experiments.sweep import split_population_args, with_population_args
 
     if preset not in PRESETS:
         import difflib
@@ -21,7 +22,8 @@ def resolve_config(preset: str, overrides: list[str]):
         close = difflib.get_close_matches(preset, list(PRESETS), n=1)
         hint = f"; did you mean {close[0]}?" if close else "; run `podracer list`"
         fail(f"unknown preset {preset!r}{hint}")
-    return apply_overrides(PRESETS[preset](), overrides)
+    overrides, sweeps, samples = split_population_args(overrides)  # --sweep, --sweep-samples
+    return with_population_args(apply_overrides(PRESETS[preset](), overrides), sweeps, samples)
 
 
 def cmd_train_help(parser: argparse.ArgumentParser, preset: str | None, overrides: list[str]) -> None:
