@@ -209,7 +209,8 @@ def train(
     s = prepared if prepared is not None else setup(config)
     with waits.waiting("every process to connect its devices"):
         distributed.connect(s.mesh, config.distributed.timeout_s)
-    state, progress = hooks.start(initial_state(config, s), config.checkpoint.init_from, seed_axis=True)
+    state, progress = hooks.start(initial_state(config, s), config.checkpoint.init_from, seed_axis=True,
+                                  init_member=config.checkpoint.init_member)
     if progress.updates >= s.sizes.num_updates:  # a finished run resumed: nothing to compile or run
         return TrainResult([], state, s.agent, env_steps=progress.env_steps)
     algorithm = algorithm_for(config.agent)

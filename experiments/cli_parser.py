@@ -57,7 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("run_dir", metavar="RUN_DIR")
     evaluate.add_argument("--episodes", type=int, default=100, help="episodes to run (default 100)")
     evaluate.add_argument("--seed", type=int, default=0, help="evaluation seed (default 0)")
-    evaluate.add_argument("--agent-seed", type=int, default=0, help="which of the run's seeds (default 0)")
+    evaluate.add_argument("--member", "--agent-seed", dest="agent_seed", type=int, default=0,
+                          help="which of the run's members (seeds, or settings x seeds of a sweep; default 0)")
     evaluate.add_argument("--sample", action="store_true",
                           help="sample actions instead of the greedy ones (argmax; a Gaussian's mean)")
     evaluate.add_argument("--step", type=int, metavar="N",

@@ -277,7 +277,7 @@ def check_setup(runner: Any, config: Config, waits: Waits, new_run: bool = False
         prepared = runner.setup(config)
         check_logging(config)
         if new_run and config.checkpoint.init_from is not None:
-            check_source(config.checkpoint.init_from, prepared.agent)
+            check_source(config.checkpoint.init_from, prepared.agent, config.checkpoint.init_member)
         return prepared
 
     prepared, error = startup.attempt(checks)

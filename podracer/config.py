@@ -117,6 +117,8 @@ class CheckpointConfig:
     def __post_init__(self) -> None:
         check(self.init_member is None or self.init_member >= 0, "checkpoint.init_member", "must be >= 0 (or None)",
               self.init_member)
+        check(self.init_member is None or self.init_from is not None, "checkpoint.init_member",
+              "needs checkpoint.init_from (the run whose member to start from)", self.init_member)
         check(self.every_updates >= 0, "checkpoint.every_updates", "must be >= 0", self.every_updates)
         check(self.keep >= 1, "checkpoint.keep", "must be >= 1", self.keep)
         check(self.init_from is None or bool(self.init_from), "checkpoint.init_from",

@@ -130,7 +130,8 @@ def train(
     s = prepared if prepared is not None else setup(config)
     with waits.waiting("every process to connect its learner devices"):
         distributed.connect(s.mesh, config.distributed.timeout_s)
-    start, progress = hooks.start(initial_learner_state(config, s), config.checkpoint.init_from)
+    start, progress = hooks.start(initial_learner_state(config, s), config.checkpoint.init_from,
+                                  init_member=config.checkpoint.init_member)
     rows, learner = run(config, s, start, hooks, progress)
     return TrainResult(rows, learner.state, s.agent, stopped=learner.stopped,
                        env_steps=learner.updates * s.layout.steps_per_update)
