@@ -78,6 +78,17 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("--smooth", type=int, default=1, help="moving average over this many rows")
     plot.add_argument("--title", default=None)
 
+    report = commands.add_parser("report", help="IQM, median, mean, optimality gap with bootstrap CIs (rliable)")
+    report.add_argument("run_dirs", metavar="RUN_DIR", nargs="+")
+    report.add_argument("--json", action="store_true", help="print one JSON object")
+    report.add_argument("--out", metavar="DIR", help="write report.md, report.json, profiles.png, intervals.png")
+    report.add_argument("--labels", nargs="+", help="one label per run; runs with the same label are pooled")
+    report.add_argument("--compare", nargs=2, metavar=("X", "Y"), help="probability of improvement of X over Y")
+    report.add_argument("--tail", type=float, default=0.1, help="score: mean return of this last share of rows")
+    report.add_argument("--gap-threshold", type=float, default=None,
+                        help="optimality gap below this score (default 1 for normalised scores, else none)")
+    report.add_argument("--reps", type=int, default=2000, help="bootstrap resamples (default 2000)")
+
     launch = commands.add_parser(
         "launch-local", help="run a preset as N local processes (jax.distributed on 127.0.0.1)",
         description="podracer launch-local -n N PRESET [--section.field VALUE ...]",
