@@ -75,7 +75,8 @@ def cmd_plot(args: argparse.Namespace) -> None:
 
     if args.smooth < 1:  # a moving average over no rows; it used to mean 1 silently
         fail(f"--smooth must be >= 1 (rows averaged), got {args.smooth}")
-    plot_runs(args.run_dirs, args.out, labels=args.labels, spread=args.spread, smooth=args.smooth, title=args.title)
+    plot_runs(args.run_dirs, args.out, labels=args.labels, spread=args.spread, smooth=args.smooth, title=args.title,
+              by=args.by)
     print(f"wrote {args.out}")
 
 

@@ -77,6 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="shaded band over seeds (default: standard error)")
     plot.add_argument("--smooth", type=int, default=1, help="moving average over this many rows")
     plot.add_argument("--title", default=None)
+    plot.add_argument("--by", choices=["run", "setting", "member"], default="run",
+                      help="a population's curves: one per run (default), per setting (seeds pooled) or per member")
 
     report = commands.add_parser("report", help="IQM, median, mean, optimality gap with bootstrap CIs (rliable)")
     report.add_argument("run_dirs", metavar="RUN_DIR", nargs="+")
