@@ -20,6 +20,7 @@ from podracer.checkpoint import Checkpoints, Progress
 from podracer.config import Config, ConfigError, check
 from podracer.distributed import NO_WAITS, Waits
 from podracer.envs import JaxEnv, UnknownEnvError, make_configured_jax_env
+from podracer.pbt import Exploit, exploit_and_explore, is_step
 from podracer.population import Population, make_population, member_config, trace_check
 from podracer.runner import Clock, Hooks, TrainResult, agent_means, all_finite, check_finite, metrics_row
 from podracer.runner.hooks import MetricsCallback
@@ -89,6 +90,7 @@ class _Call(NamedTuple):
     checkpoint_after: bool
     completion: Completion
     hypers: dict[str, np.ndarray]  # the population's hyperparameters during the call (host copies)
+    exploit_after: bool = False  # a PBT step follows the call (podracer.pbt)
 
     @property
     def label(self) -> str:
@@ -233,16 +235,25 @@ def train(
         # Every process must stop after the same call: a stop in one is a stop in all.
         stop = pending is not None and _agree_to_stop(hooks.stop_requested(), pending, s.mesh, waits)
         launched = None
-        if dispatched < total and not (stop or (pending is not None and pending.checkpoint_after)):
+        held = pending is not None and (pending.checkpoint_after or pending.exploit_after)
+        if dispatched < total and not (stop or held):
             n = min(config.arch.updates_per_call, total - dispatched)
             crosses = every > 0 and dispatched // every < (dispatched + n) // every
             state, launched = _dispatch(train_call, state, dispatched + 1, n, crosses, waits, hypers)
+            exploit = is_step(dispatched, dispatched + n, config.population.pbt_every) and dispatched + n < total
+            launched = launched._replace(exploit_after=exploit)
             dispatched += n
         if pending is not None:
             try:
                 with waits.waiting(pending.label):
                     progress, row = _finish(pending, progress, s.sizes, population_size(config, s), clock,
                                             hooks, step_metrics, s.population)
+                if pending.exploit_after:  # the devices are idle: nothing was dispatched after `pending`
+                    step = exploit_and_explore(s.population, config.population,
+                                               [m["episode_return"] for m in row["members"]], hypers,
+                                               progress.updates, config.seed)
+                    state, hypers = _exploit(state, step), step.hypers
+                    row["pbt"] = {"env_steps": progress.env_steps, **step.event}
                 rows.append(row)
                 hooks.emit(row)
             except BaseException:
@@ -253,13 +264,25 @@ def train(
                     # another process is gone and its collectives never complete.
                     launched.completion.join(config.distributed.timeout_s)
                 raise
-            if launched is None:
-                hooks.save(state, progress)  # the state right after `pending`
+            if launched is None and (pending.checkpoint_after or stop or dispatched >= total
+                                     or not pending.exploit_after):
+                hooks.save(state, progress)  # the state right after `pending` (and its PBT step)
             if stop:
                 return TrainResult(rows, state, s.agent, stopped=True, env_steps=progress.env_steps)
         if launched is None and dispatched >= total:
             return TrainResult(rows, state, s.agent, env_steps=progress.env_steps)
         pending = launched
+
+
+def _exploit(state: RunnerState, step: Exploit) -> RunnerState:
+    """`state` after a PBT step: member `m`'s agent state is `step.sources[m]`'s (a gather
+    along the member axis, placed as before), its hyperparameters `step.hypers`."""
+    shardings = jax.tree.map(lambda x: x.sharding, state.agent)
+    gather = jax.jit(lambda agent, sources: jax.tree.map(lambda x: x[sources], agent), out_shardings=shardings)
+    agent = gather(state.agent, jnp.asarray(step.sources))
+    hypers = {name: jax.device_put(jnp.asarray(step.hypers[name]), value.sharding)
+              for name, value in state.hypers.items()}
+    return state._replace(agent=agent, hypers=hypers)
 
 
 def _dispatch(train_call: Any, state: RunnerState, first_update: int, n: int, checkpoint_after: bool,

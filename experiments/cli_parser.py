@@ -79,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("--title", default=None)
     plot.add_argument("--by", choices=["run", "setting", "member"], default="run",
                       help="a population's curves: one per run (default), per setting (seeds pooled) or per member")
+    plot.add_argument("--lineage", action="store_true",
+                      help="a PBT run's hyperparameters of every member over env steps, and who copied whom")
 
     report = commands.add_parser("report", help="IQM, median, mean, optimality gap with bootstrap CIs (rliable)")
     report.add_argument("run_dirs", metavar="RUN_DIR", nargs="+")

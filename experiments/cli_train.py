@@ -23,7 +23,7 @@ def resolve_config(preset: str, overrides: list[str]):
         hint = f"; did you mean {close[0]}?" if close else "; run `podracer list`"
         fail(f"unknown preset {preset!r}{hint}")
     overrides, sweeps, samples = split_population_args(overrides)  # --sweep, --sweep-samples
-    return with_population_args(apply_overrides(PRESETS[preset](), overrides), sweeps, samples)
+    return apply_overrides(with_population_args(PRESETS[preset](), sweeps, samples), overrides)
 
 
 def cmd_train_help(parser: argparse.ArgumentParser, preset: str | None, overrides: list[str]) -> None:

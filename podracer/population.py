@@ -45,6 +45,9 @@ class Population:
     settings: tuple[tuple[float, ...], ...]
     num_seeds: int
     dtypes: tuple[str, ...]  # "float32" or "int32", by each field's annotation
+    # each field's space: ("grid", values) or ("loguniform" | "uniform", (low, high)); PBT's
+    # exploration stays inside it
+    spaces: tuple[tuple[str, tuple[float, ...]], ...] = ()
 
     @property
     def size(self) -> int:
@@ -80,7 +83,7 @@ def make_population(config: Config) -> Population | None:
     if not section.sweep:
         return None
     hints = typing.get_type_hints(type(config.agent))
-    fields, grids, randoms, dtypes = [], [], [], []
+    fields, grids, randoms, dtypes, spaces = [], [], [], [], []
     for entry in section.sweep:
         path, _, spec = entry.partition("=")
         path = path.strip().replace("-", "_")
@@ -92,10 +95,12 @@ def make_population(config: Config) -> Population | None:
         if kind in RANDOM:
             randoms.append((len(fields), kind, _bounds(entry, kind, bounds, hints[field])))
             grids.append(None)
+            spaces.append((kind, randoms[-1][2]))
         else:
             grids.append(tuple(_number(entry, part, hints[field]) for part in spec.split(",") if part.strip()))
             if not grids[-1]:
                 raise ConfigError(f"population.sweep: {entry!r} gives no values")
+            spaces.append(("grid", grids[-1]))
         fields.append(field)
     if randoms and section.samples < 1:
         entry = section.sweep[randoms[0][0]]
@@ -107,7 +112,8 @@ def make_population(config: Config) -> Population | None:
         for draw in draws:
             values = iter(grid)
             settings.append(tuple(draw[j] if grids[j] is None else next(values) for j in range(len(fields))))
-    population = Population(tuple(fields), tuple(settings), getattr(config.arch, "num_seeds", 1), tuple(dtypes))
+    population = Population(tuple(fields), tuple(settings), getattr(config.arch, "num_seeds", 1), tuple(dtypes),
+                            tuple(spaces))
     for setting in population.settings:
         concrete_config(config.agent, dict(zip(fields, setting)))
     return population

@@ -14,6 +14,7 @@ from experiments import train as train_lib
 from experiments.sweep import split_population_args
 from podracer.agents import PPOConfig
 from podracer.config import Config, ConfigError, EnvConfig, PopulationConfig
+from podracer.logging import read_jsonl
 from podracer.population import make_population
 from tests.helpers import assert_trees_equal, comparable, read_rows, subprocess_env
 from tests.test_lifecycle import StopAfter
@@ -134,3 +135,47 @@ def test_the_command_line_sweep_errors_are_one_line_with_status_2():
                               timeout=100)
         assert done.returncode == 2, done.stderr
         assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_pbt_bottom_members_copy_top_ones_within_the_sweep_range_reproducibly():
+    from podracer.pbt import exploit_and_explore
+
+    config = dataclasses.replace(swept(BASE, "agent.learning_rate=1e-4,1e-3,1e-2,1e-1", "agent.gamma=0.9,0.99"),
+                                 population=PopulationConfig(sweep=("agent.learning_rate=1e-4,1e-3,1e-2,1e-1",
+                                                                    "agent.gamma=0.9,0.99"), pbt_every=1))
+    population = make_population(config)  # 8 settings x 2 seeds
+    hypers = population.initial_arrays()
+    scores = [float(m) for m in range(16)]
+    scores[3] = None  # no episode ended: ranked last
+    step = exploit_and_explore(population, config.population, scores, hypers, updates=7, seed=0)
+    again = exploit_and_explore(population, config.population, scores, hypers, updates=7, seed=0)
+    other = exploit_and_explore(population, config.population, scores, hypers, updates=8, seed=0)
+    assert step.event == again.event != other.event
+    copied = {c["member"] for c in step.event["copies"]}
+    assert copied == {0, 1, 2, 3}  # the bottom quarter
+    assert {c["from"] for c in step.event["copies"]} <= set(range(12, 16))  # from the top quarter
+    np.testing.assert_array_equal(step.sources[4:], np.arange(4, 16))
+    for member in copied:
+        assert 1e-4 <= step.hypers["learning_rate"][member] <= 1e-1 + 1e-9
+        assert 0.9 - 1e-6 <= step.hypers["gamma"][member] <= 0.99 + 1e-6
+    untouched = [m for m in range(16) if m not in copied]
+    np.testing.assert_array_equal(step.hypers["learning_rate"][untouched], hypers["learning_rate"][untouched])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_pbt_run_stopped_and_resumed_is_exact_and_logs_its_lineage(tmp_path):
+    config = dataclasses.replace(swept(dataclasses.replace(BASE, total_env_steps=8 * 16 * 8),
+                                       "agent.learning_rate=loguniform:1e-4:1e-2", samples=4),
+                                 population=PopulationConfig(sweep=("agent.learning_rate=loguniform:1e-4:1e-2",),
+                                                             samples=4, pbt_every=2))
+    full = train_lib.train(dataclasses.replace(config, run_dir=str(tmp_path / "full")))
+    run_dir = tmp_path / "stopped"
+    assert train_lib.train(dataclasses.replace(config, run_dir=str(run_dir)), should_stop=StopAfter(2)).stopped
+    last = train_lib.resume(str(run_dir))
+    assert_trees_equal(last.state, full.state)  # the same copies and hyperparameters after resuming
+    assert comparable(read_rows(run_dir)) == comparable(read_rows(tmp_path / "full"))
+    lineage = read_jsonl(str(run_dir / "lineage.jsonl"))
+    assert lineage == read_jsonl(str(tmp_path / "full" / "lineage.jsonl"))
+    assert [event["updates"] for event in lineage] == [2, 4, 6]
+    assert all(len(event["copies"]) == 2 for event in lineage)  # a quarter of 8 members
