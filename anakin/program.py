@@ -53,6 +53,26 @@ class RunnerState(NamedTuple):
     hypers: dict[str, jax.Array] = {}
 
 
+class SeedsState(NamedTuple):
+    """A `RunnerState` without hyperparameters: how a run without a sweep is checkpointed,
+    the layout its checkpoints have always had (orbax refuses a target with a subtree,
+    even an empty one, that the checkpoint lacks)."""
+
+    agent: AgentState
+    envs: EnvCarry
+    key: PRNGKey
+
+
+def checkpointed(state: RunnerState) -> RunnerState | SeedsState:
+    """What is saved of `state` (and the target it is restored into)."""
+    return state if state.hypers else SeedsState(state.agent, state.envs, state.key)
+
+
+def from_checkpointed(state: RunnerState | SeedsState) -> RunnerState:
+    """Undo `checkpointed`."""
+    return state if isinstance(state, RunnerState) else RunnerState(state.agent, state.envs, state.key)
+
+
 class IterationKeys(NamedTuple):
     """The keys of one iteration on one device (and seed): `next` for the following one."""
 

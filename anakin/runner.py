@@ -12,7 +12,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from anakin.config import AnakinConfig
-from anakin.program import AXIS, CallMetrics, MemberAgent, RunnerState, init_state, make_train_call
+from anakin.program import (
+    AXIS,
+    CallMetrics,
+    MemberAgent,
+    RunnerState,
+    checkpointed,
+    from_checkpointed,
+    init_state,
+    make_train_call,
+)
 from anakin.rollout import reset_envs, rollout
 from podracer import distributed, parallel
 from podracer.agents import algorithm_for, is_builtin, make_agent, make_checked_agent
@@ -211,8 +220,9 @@ def train(
     s = prepared if prepared is not None else setup(config)
     with waits.waiting("every process to connect its devices"):
         distributed.connect(s.mesh, config.distributed.timeout_s)
-    state, progress = hooks.start(initial_state(config, s), config.checkpoint.init_from, seed_axis=True,
-                                  init_member=config.checkpoint.init_member)
+    state, progress = hooks.start(checkpointed(initial_state(config, s)), config.checkpoint.init_from,
+                                  seed_axis=True, init_member=config.checkpoint.init_member)
+    state = from_checkpointed(state)
     if progress.updates >= s.sizes.num_updates:  # a finished run resumed: nothing to compile or run
         return TrainResult([], state, s.agent, env_steps=progress.env_steps)
     algorithm = algorithm_for(config.agent)
@@ -266,7 +276,7 @@ def train(
                 raise
             if launched is None and (pending.checkpoint_after or stop or dispatched >= total
                                      or not pending.exploit_after):
-                hooks.save(state, progress)  # the state right after `pending` (and its PBT step)
+                hooks.save(checkpointed(state), progress)  # the state right after `pending` (and its PBT step)
             if stop:
                 return TrainResult(rows, state, s.agent, stopped=True, env_steps=progress.env_steps)
         if launched is None and dispatched >= total:
