@@ -179,3 +179,39 @@ def test_a_pbt_run_stopped_and_resumed_is_exact_and_logs_its_lineage(tmp_path):
     assert lineage == read_jsonl(str(tmp_path / "full" / "lineage.jsonl"))
     assert [event["updates"] for event in lineage] == [2, 4, 6]
     assert all(len(event["copies"]) == 2 for event in lineage)  # a quarter of 8 members
+
+
+@pytest.fixture(scope="module")
+def sweep_run(tmp_path_factory):
+    """A small sweep (2 settings x 2 seeds) trained to its end, with a checkpoint."""
+    run_dir = tmp_path_factory.mktemp("population") / "sweep"
+    config = swept(dataclasses.replace(BASE, run_dir=str(run_dir)), "agent.learning_rate=1e-3,3e-3")
+    return str(run_dir), train_lib.train(config)
+
+
+@pytest.mark.timeout(300)
+def test_members_are_addressable_by_evaluate_plot_and_warm_start(sweep_run, capsys, tmp_path):
+    import json
+
+    from tests.helpers import assert_one_line_error, run_main
+
+    run_dir, result = sweep_run
+    code, out = run_main(capsys, "evaluate", run_dir, "--member", 3, "--episodes", 2, "--json")
+    assert code == 0, out.err
+    evaluated = json.loads(out.out)
+    assert evaluated["member"] == 3 and evaluated["hypers"] == {"learning_rate": 3e-3}
+    assert_one_line_error(*run_main(capsys, "evaluate", run_dir, "--member", 4), "--member", "[0, 4)")
+    code, out = run_main(capsys, "plot", run_dir, "--by", "setting", "--out", tmp_path / "settings.png")
+    assert code == 0 and (tmp_path / "settings.png").stat().st_size > 0, out.err
+    code, out = run_main(capsys, "plot", run_dir, "--lineage", "--out", tmp_path / "lineage.png")  # no PBT: flat
+    assert code == 0 and (tmp_path / "lineage.png").stat().st_size > 0, out.err
+    # Every member of a new run starts from member 3's parameters.
+    from podracer.runner.warm_start import warm_params
+
+    params = jax.tree.map(lambda x: x[:2] * 0, result.state.agent.params)
+    warm = warm_params(params, run_dir, seed_axis=True, member=3)
+    for new, old in zip(jax.tree.leaves(warm), jax.tree.leaves(result.state.agent.params)):
+        if jax.numpy.issubdtype(new.dtype, jax.numpy.floating):
+            np.testing.assert_array_equal(np.asarray(new)[1], np.asarray(old)[3])
+    with pytest.raises(ConfigError, match="checkpoint.init_member must be in \\[0, 4\\)"):
+        warm_params(params, run_dir, seed_axis=True, member=4)
