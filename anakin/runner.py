@@ -287,9 +287,8 @@ def train(
 def _exploit(state: RunnerState, step: Exploit) -> RunnerState:
     """`state` after a PBT step: member `m`'s agent state is `step.sources[m]`'s (a gather
     along the member axis, placed as before), its hyperparameters `step.hypers`."""
-    shardings = jax.tree.map(lambda x: x.sharding, state.agent)
-    gather = jax.jit(lambda agent, sources: jax.tree.map(lambda x: x[sources], agent), out_shardings=shardings)
-    agent = gather(state.agent, jnp.asarray(step.sources))
+    sources = jnp.asarray(step.sources)
+    agent = jax.tree.map(lambda x: jax.device_put(x[sources], x.sharding), state.agent)
     hypers = {name: jax.device_put(jnp.asarray(step.hypers[name]), value.sharding)
               for name, value in state.hypers.items()}
     return state._replace(agent=agent, hypers=hypers)

@@ -45,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = commands.add_parser(
         "train", help="train a preset, or resume a run", allow_abbrev=False, add_help=False,
-        description="podracer train PRESET [--section.field VALUE ...] | podracer train --resume RUN_DIR",
+        description="podracer train PRESET [--section.field VALUE ...] [--sweep agent.field=V1,V2,... ...] "
+                    "[--sweep-samples N] | podracer train --resume RUN_DIR",
     )
     train.add_argument("-h", "--help", action="store_true",
                        help="with a preset: every field of its config, with type, value and meaning")
