@@ -7,9 +7,10 @@ settings.
 A *run* of rliable is one trained agent: a seed of a run directory, or a member of a
 population (`podracer.population`). Its score on a task (an environment id) is the mean
 episode return over the last `tail` of its metrics rows. Runs are grouped into settings:
-a population's members by their hyperparameters (each setting's seeds its runs), a run
-directory without a sweep by its label (its directory's name, or `--labels`; the same
-label on several directories pools them, e.g. one directory per task). Where every task
+a run directory's label (its directory's name, or `--labels`; the same label on several
+directories pools them, e.g. one directory per task), and within a population run its
+members' hyperparameters (`LABEL lr=0.001`; each setting's seeds its runs). The
+sub-runs of `--sweep-each` are labelled by their directories (`num_epochs=2`). Where every task
 has a published reference return (MinAtar: gymnax-blines' PPO,
 `experiments.benchmarks.published`), scores are normalised by it (reference = 1, 0 =
 return 0) and the optimality gap is taken below 1; otherwise raw returns are aggregated
@@ -46,9 +47,9 @@ def run_scores(run_dir: str, label: str, tail: float) -> tuple[str, str, dict[st
         members = rows[-1]["members"]
         returns = _tail_means([[m["episode_return"] for m in row["members"]] for row in last])
         groups: dict[str, list[float]] = {}
-        for member, score in zip(members, returns):  # a setting pools over tasks by its values alone
+        for member, score in zip(members, returns):
             name = " ".join(f"{k}={v:g}" for k, v in member["hypers"].items())
-            groups.setdefault(name, []).append(score)
+            groups.setdefault(f"{label} {name}", []).append(score)
         return config.env.id, algorithm, groups
     per_seed = [row.get("episode_return_per_seed") or [row.get("episode_return")] for row in last]
     return config.env.id, algorithm, {label: _tail_means(per_seed)}

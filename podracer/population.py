@@ -127,11 +127,11 @@ def _field_of(path: str, hints: Mapping[str, Any], entry: str) -> str:
         close = get_close_matches(field or section, list(hints), n=1)
         hint = f"; did you mean agent.{close[0]}?" if close else ""
         raise ConfigError(f"population.sweep: {path!r} is not a field of the agent's config (a sweep takes "
-                          f"agent.<field>=VALUES){hint}")
+                          f"agent.<field>=VALUES; --sweep-each takes any field, one program per value){hint}")
     if hints[field] not in (float, int):
         raise ConfigError(f"population.sweep: agent.{field} is a {getattr(hints[field], '__name__', hints[field])} "
                           "field; a sweep takes numbers (a field that changes shapes or control flow: run "
-                          "settings separately)")
+                          "settings separately, --sweep-each runs one program per value)")
     return field
 
 
@@ -221,7 +221,7 @@ def trace_check(build: Any, hypers: Mapping[str, np.ndarray], *args: Any) -> Non
         return
     culprits = [name for name in hypers if trace([name]) is not None] or list(hypers)
     raise ConfigError(f"population.sweep: agent.{', agent.'.join(culprits)} changes shapes or control flow: "
-                      "run settings separately")
+                      "run settings separately (--sweep-each runs one program per value)")
 
 
 def as_arrays(hypers: Mapping[str, Any]) -> dict[str, jax.Array]:

@@ -1,6 +1,7 @@
 """Populations under Anakin: swept hyperparameters and seeds as one axis of one program."""
 
 import dataclasses
+import os
 import subprocess
 import sys
 
@@ -11,7 +12,7 @@ import pytest
 import anakin
 from anakin import AnakinConfig
 from experiments import train as train_lib
-from experiments.sweep import split_population_args
+from experiments.sweep import program_settings, split_population_args
 from podracer.agents import PPOConfig
 from podracer.config import Config, ConfigError, EnvConfig, PopulationConfig
 from podracer.logging import read_jsonl
@@ -82,11 +83,39 @@ def test_sebulba_refuses_a_sweep_before_compiling():
 
 
 def test_command_line_sweep_options_are_taken_out_of_the_overrides():
-    rest, sweeps, samples = split_population_args(
+    rest, sweeps, samples, each = split_population_args(
         ["--sweep", "agent.learning-rate=1e-4,3e-4", "--seed", "3", "--sweep=agent.ent-coef=0,0.1",
-         "--sweep-samples", "4"])
-    assert rest == ["--seed", "3"] and samples == 4
+         "--sweep-samples", "4", "--sweep-each", "agent.num-epochs=1,2"])
+    assert rest == ["--seed", "3"] and samples == 4 and each == ["agent.num_epochs=1,2"]
     assert sweeps == ["agent.learning_rate=1e-4,3e-4", "agent.ent_coef=0,0.1"]
+    with pytest.raises(ConfigError, match="--sweep takes one value"):
+        split_population_args(["--sweep", "--seed", "3"])
+
+
+def test_sweep_each_gives_one_validated_config_per_combination():
+    settings = program_settings(BASE, ["agent.num_epochs=1,2", "agent.hidden_sizes=16;32,32"])
+    assert [name for name, _ in settings] == ["num_epochs=1-hidden_sizes=16", "num_epochs=1-hidden_sizes=32x32",
+                                              "num_epochs=2-hidden_sizes=16", "num_epochs=2-hidden_sizes=32x32"]
+    assert [(c.agent.num_epochs, c.agent.hidden_sizes) for _, c in settings] == [
+        (1, (16,)), (1, (32, 32)), (2, (16,)), (2, (32, 32))]
+    assert program_settings(BASE, ["arch.num_envs=4,8"])[1][1].arch.num_envs == 8
+    with pytest.raises(ConfigError, match="agent.num_epochs"):
+        program_settings(BASE, ["agent.num_epochs=0,1"])
+    with pytest.raises(ConfigError, match="unknown field 'agent.num_epoch'.*agent.num_epochs"):
+        program_settings(BASE, ["agent.num_epoch=1,2"])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_sweep_each_trains_one_program_per_setting_into_sub_directories(tmp_path):
+    from experiments.sweep import train_each
+
+    config = swept(dataclasses.replace(BASE, run_dir=str(tmp_path / "runs"), total_env_steps=8 * 16 * 2),
+                   "agent.learning_rate=1e-3,3e-3")
+    results = train_each(config, ["agent.num_epochs=1,2"], "test")
+    assert [os.path.basename(r.run_dir) for r in results] == ["num_epochs=1", "num_epochs=2"]
+    for result in results:
+        assert len(read_rows(result.run_dir)[-1]["members"]) == 4  # 2 learning rates x 2 seeds
 
 
 @pytest.mark.slow

@@ -46,18 +46,18 @@ def test_members_are_grouped_by_setting_and_pooled_over_tasks(tmp_path):
     a = fake_run(tmp_path, "a", "Breakout-MinAtar", [[1, 2, 3, 10, 11, 12], [15.7, 15.7, 15.7, 31.4, 31.4, 31.4]],
                  hypers)
     b = fake_run(tmp_path, "b", "Asterix-MinAtar", [[2.1, 2.1, 2.1, 4.2, 4.2, 4.2]], hypers)
-    result = report([a, b], tail=0.5, reps=200)
+    result = report([a, b], labels=["pop", "pop"], tail=0.5, reps=200)
     assert result["tasks"] == ["Asterix-MinAtar", "Breakout-MinAtar"] and result["normalised"]
-    low, high = result["settings"]["learning_rate=0.001"], result["settings"]["learning_rate=0.01"]
+    low, high = result["settings"]["pop learning_rate=0.001"], result["settings"]["pop learning_rate=0.01"]
     assert low["runs"] == high["runs"] == 3
     # Normalised by gymnax-blines' PPO at 1.3M steps: the reference scores 1, twice it 2.
     assert low["iqm"]["value"] == pytest.approx(1.0) and high["iqm"]["value"] == pytest.approx(2.0)
     assert low["optimality_gap"]["value"] == pytest.approx(0.0) and result["optimality_threshold"] == 1.0
     (p,) = result["probability_of_improvement"]
-    assert {p["x"], p["y"]} == {"learning_rate=0.001", "learning_rate=0.01"}
+    assert {p["x"], p["y"]} == {"pop learning_rate=0.001", "pop learning_rate=0.01"}
     assert p["probability"] in (0.0, 1.0)
     text = markdown(result)
-    assert "| learning_rate=0.01 | 3 | 2 [2, 2]" in text
+    assert "| pop learning_rate=0.01 | 3 | 2 [2, 2]" in text
     paths = write_report(result, str(tmp_path / "out"))
     assert all(os.path.getsize(path) > 0 for path in paths) and len(paths) == 4
 
