@@ -166,8 +166,9 @@ def report(run_dirs: Sequence[str], labels: Sequence[str] | None = None, tail: f
            gap_threshold: float | None = None, compare: Sequence[str] | None = None,
            reps: int = 2000) -> dict[str, Any]:
     """Everything `podracer report` prints: tasks, references (None: raw returns), per
-    setting the four estimators with intervals, and the probability of improvement of
-    `compare` (two settings), or of each pair when there are at most 6 settings."""
+    setting the four estimators with intervals, the probability of improvement of
+    `compare` (two settings) or of each pair when there are at most 6 settings, the
+    performance profiles and every run's scores (`[runs, tasks]` per setting)."""
     if not 0 < tail <= 1:
         raise ConfigError(f"--tail must be in (0, 1], got {tail}")
     matrices, tasks, references = score_matrices(run_dirs, labels, tail)
@@ -181,9 +182,11 @@ def report(run_dirs: Sequence[str], labels: Sequence[str] | None = None, tail: f
         pairs = [tuple(compare)]
     else:
         pairs = [(x, y) for i, x in enumerate(names) for y in names[i + 1:]] if len(names) <= 6 else []
+    tau, curves = profiles(matrices)
     return {"tasks": tasks, "references": references, "normalised": references is not None,
             "optimality_threshold": threshold, "settings": aggregate(matrices, threshold, reps),
             "probability_of_improvement": improvement(matrices, pairs, reps),
+            "performance_profiles": {"tau": tau.tolist(), **{name: c.tolist() for name, c in curves.items()}},
             "scores": {name: m.tolist() for name, m in matrices.items()}}
 
 

@@ -56,6 +56,8 @@ def test_members_are_grouped_by_setting_and_pooled_over_tasks(tmp_path):
     (p,) = result["probability_of_improvement"]
     assert {p["x"], p["y"]} == {"pop learning_rate=0.001", "pop learning_rate=0.01"}
     assert p["probability"] in (0.0, 1.0)
+    profile = result["performance_profiles"]
+    assert len(profile["tau"]) == len(profile["pop learning_rate=0.01"]) and profile["pop learning_rate=0.01"][0] == 1.0
     text = markdown(result)
     assert "| pop learning_rate=0.01 | 3 | 2 [2, 2]" in text
     paths = write_report(result, str(tmp_path / "out"))
