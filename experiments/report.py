@@ -34,8 +34,11 @@ from podracer.logging import read_jsonl
 ESTIMATORS = ("iqm", "median", "mean", "optimality_gap")
 
 
-def run_scores(run_dir: str, label: str, tail: float) -> tuple[str, str, dict[str, list[float]]]:
-    """`(task, algorithm, {setting label: [score per seed]})` of one run directory."""
+def run_scores(run_dir: str, label: str, tail: float,
+               by: str = "setting") -> tuple[str, str, dict[str, list[float]]]:
+    """`(task, algorithm, {setting label: [score per seed]})` of one run directory; with
+    `by="run"` every member of a population is one run of the directory's label (a PBT
+    population against a grid, say)."""
     config = load_run_config(run_dir)
     path = os.path.join(run_dir, "metrics.jsonl")
     rows = read_jsonl(path) if os.path.exists(path) else []
@@ -43,7 +46,7 @@ def run_scores(run_dir: str, label: str, tail: float) -> tuple[str, str, dict[st
         raise ConfigError(f"{run_dir!r} has no metrics rows to report")
     last = rows[-max(1, int(round(len(rows) * tail))):]
     algorithm = type(config.agent).__name__.removesuffix("Config").lower()
-    if "members" in rows[-1]:
+    if "members" in rows[-1] and by == "setting":
         members = rows[-1]["members"]
         returns = _tail_means([[m["episode_return"] for m in row["members"]] for row in last])
         groups: dict[str, list[float]] = {}
@@ -62,8 +65,8 @@ def _tail_means(rows: list[list[float | None]]) -> list[float]:
     return [float(v) for v in means]
 
 
-def score_matrices(run_dirs: Sequence[str], labels: Sequence[str] | None = None,
-                   tail: float = 0.1) -> tuple[dict[str, np.ndarray], list[str], dict[str, float] | None]:
+def score_matrices(run_dirs: Sequence[str], labels: Sequence[str] | None = None, tail: float = 0.1,
+                   by: str = "setting") -> tuple[dict[str, np.ndarray], list[str], dict[str, float] | None]:
     """`({setting: scores [runs, tasks]}, tasks, references or None)`: each setting's runs
     (trimmed to the fewest any of its tasks has) by task, normalised by the tasks'
     published references where all have one."""
@@ -72,7 +75,7 @@ def score_matrices(run_dirs: Sequence[str], labels: Sequence[str] | None = None,
     table: dict[str, dict[str, list[float]]] = {}
     steps: dict[str, tuple[str, int]] = {}
     for run_dir, label in zip(run_dirs, labels or default_labels(run_dirs)):
-        task, algorithm, groups = run_scores(run_dir, label, tail)
+        task, algorithm, groups = run_scores(run_dir, label, tail, by)
         rows = read_jsonl(os.path.join(run_dir, "metrics.jsonl"))
         steps[task] = (algorithm, rows[-1]["env_steps"])
         for setting, scores in groups.items():
@@ -164,14 +167,16 @@ def profiles(matrices: dict[str, np.ndarray], points: int = 101) -> tuple[np.nda
 
 def report(run_dirs: Sequence[str], labels: Sequence[str] | None = None, tail: float = 0.1,
            gap_threshold: float | None = None, compare: Sequence[str] | None = None,
-           reps: int = 2000) -> dict[str, Any]:
+           reps: int = 2000, by: str = "setting") -> dict[str, Any]:
     """Everything `podracer report` prints: tasks, references (None: raw returns), per
     setting the four estimators with intervals, the probability of improvement of
     `compare` (two settings) or of each pair when there are at most 6 settings, the
     performance profiles and every run's scores (`[runs, tasks]` per setting)."""
     if not 0 < tail <= 1:
         raise ConfigError(f"--tail must be in (0, 1], got {tail}")
-    matrices, tasks, references = score_matrices(run_dirs, labels, tail)
+    if by not in ("setting", "run"):
+        raise ConfigError(f"--by must be setting or run, got {by!r}")
+    matrices, tasks, references = score_matrices(run_dirs, labels, tail, by)
     threshold = 1.0 if references is not None and gap_threshold is None else gap_threshold
     names = list(matrices)
     if compare is not None:
@@ -268,7 +273,7 @@ def cmd_report(args: Any) -> None:
     """`podracer report`: the Markdown table (or `--json`), and with `--out` the files."""
     if args.reps < 100:
         raise ConfigError(f"--reps must be >= 100, got {args.reps}")
-    result = report(args.run_dirs, args.labels, args.tail, args.gap_threshold, args.compare, args.reps)
+    result = report(args.run_dirs, args.labels, args.tail, args.gap_threshold, args.compare, args.reps, args.by)
     if args.out is not None:
         result["files"] = write_report(result, args.out)
     print(json.dumps(result) if args.json else markdown(result), end="\n" if args.json else "")

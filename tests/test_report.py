@@ -60,6 +60,8 @@ def test_members_are_grouped_by_setting_and_pooled_over_tasks(tmp_path):
     assert len(profile["tau"]) == len(profile["pop learning_rate=0.01"]) and profile["pop learning_rate=0.01"][0] == 1.0
     text = markdown(result)
     assert "| pop learning_rate=0.01 | 3 | 2 [2, 2]" in text
+    pooled = report([a, b], labels=["pop", "pop"], tail=0.5, reps=200, by="run")
+    assert list(pooled["settings"]) == ["pop"] and pooled["settings"]["pop"]["runs"] == 6
     paths = write_report(result, str(tmp_path / "out"))
     assert all(os.path.getsize(path) > 0 for path in paths) and len(paths) == 4
 
