@@ -22,7 +22,6 @@ import typing
 from typing import Any, Mapping
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from podracer.config import Config, ConfigError, PopulationConfig, check_finite_floats
@@ -222,8 +221,3 @@ def trace_check(build: Any, hypers: Mapping[str, np.ndarray], *args: Any) -> Non
     culprits = [name for name in hypers if trace([name]) is not None] or list(hypers)
     raise ConfigError(f"population.sweep: agent.{', agent.'.join(culprits)} changes shapes or control flow: "
                       "run settings separately (--sweep-each runs one program per value)")
-
-
-def as_arrays(hypers: Mapping[str, Any]) -> dict[str, jax.Array]:
-    """Hyperparameters as JAX arrays (the runner state's leaves)."""
-    return {name: jnp.asarray(value) for name, value in hypers.items()}
