@@ -28,7 +28,8 @@ from podracer.config import Config, ConfigError, PopulationConfig, check_finite_
 
 SECTION = "agent"
 RANDOM = ("loguniform", "uniform")
-# What JAX raises when a tracer reaches a shape, a Python bool or int, or NumPy.
+# What JAX raises when a tracer reaches a Python bool or int, NumPy, or a shape (a
+# TypeError: a shape or a trip count given a tracer where it needs an int).
 TRACE_ERRORS: tuple[type[BaseException], ...] = (
     jax.errors.ConcretizationTypeError, jax.errors.TracerBoolConversionError,
     jax.errors.TracerIntegerConversionError, jax.errors.TracerArrayConversionError, TypeError,
