@@ -55,8 +55,8 @@ class RunnerState(NamedTuple):
 
 class SeedsState(NamedTuple):
     """A `RunnerState` without hyperparameters: how a run without a sweep is checkpointed,
-    the layout its checkpoints have always had (orbax refuses a target with a subtree,
-    even an empty one, that the checkpoint lacks)."""
+    so that its checkpoints keep one layout whatever a population adds (orbax refuses a
+    target with a subtree, even an empty one, that the checkpoint lacks)."""
 
     agent: AgentState
     envs: EnvCarry
