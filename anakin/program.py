@@ -6,8 +6,11 @@ inside a `lax.fori_loop`; the agent averages gradients and its metrics over the 
 `lax.pmean` (the metrics rule, checked by `checked_update`; the runner never averages them).
 Each iteration's keys come from `iteration_keys`, the public seam parity tests go through.
 Seeds are an outer `vmap` (`over_seeds`: none for a single seed); devices are a
-`jax.shard_map` over a 1-D mesh. The trip count is a traced argument, so a short last call
-reuses the same executable.
+`jax.shard_map` over a 1-D mesh. A population (`podracer.population`: swept hyperparameters
+times seeds) is the same axis: each member carries its hyperparameters in the state
+(`RunnerState.hypers`), and its agent is built inside the per-member function from them
+(`member_agent`), so that they are traced values of one program. The trip count is a
+traced argument, so a short last call reuses the same executable.
 """
 
 from __future__ import annotations
@@ -40,11 +43,34 @@ class RunnerState(NamedTuple):
     envs:  `[S, B, ...]`, environments sharded over devices (B = all envs of a seed), with a
            recurrent agent's core state and start flags (`EnvCarry`), so resume is exact.
     key:   `[S, D]`, one key per seed and device, sharded over devices.
+    hypers: a population's swept hyperparameters, field -> `[S]`, replicated (empty without
+           a sweep); PBT changes them between host calls.
     """
 
     agent: AgentState
     envs: EnvCarry
     key: PRNGKey
+    hypers: dict[str, jax.Array] = {}
+
+
+class SeedsState(NamedTuple):
+    """A `RunnerState` without hyperparameters: how a run without a sweep is checkpointed,
+    so that its checkpoints keep one layout whatever a population adds (orbax refuses a
+    target with a subtree, even an empty one, that the checkpoint lacks)."""
+
+    agent: AgentState
+    envs: EnvCarry
+    key: PRNGKey
+
+
+def checkpointed(state: RunnerState) -> RunnerState | SeedsState:
+    """What is saved of `state` (and the target it is restored into)."""
+    return state if state.hypers else SeedsState(state.agent, state.envs, state.key)
+
+
+def from_checkpointed(state: RunnerState | SeedsState) -> RunnerState:
+    """Undo `checkpointed`."""
+    return state if isinstance(state, RunnerState) else RunnerState(state.agent, state.envs, state.key)
 
 
 class IterationKeys(NamedTuple):
@@ -79,22 +105,32 @@ def state_specs(state: Any) -> RunnerState:
         agent=agent_state_specs(state.agent, AXIS, seed_axes=1),
         envs=jax.tree.map(lambda _: P(None, AXIS), state.envs),
         key=P(None, AXIS),
+        hypers=jax.tree.map(lambda _: P(), state.hypers),
     )
 
 
+MemberAgent = Callable[[dict[str, jax.Array]], Agent]  # a member's hyperparameters -> its agent
+
+
 def init_state(
-    env: JaxEnv, env_params: Any, agent: Agent, mesh: Mesh, key: PRNGKey, num_seeds: int, num_envs: int
+    env: JaxEnv, env_params: Any, agent: Agent, mesh: Mesh, key: PRNGKey, num_seeds: int, num_envs: int,
+    hypers: dict[str, np.ndarray] | None = None, member_agent: MemberAgent | None = None,
 ) -> RunnerState:
-    """Initial state, placed on the mesh. Agents are initialised one seed at a time and
+    """Initial state, placed on the mesh. Agents are initialised one member at a time and
     stacked (on CPU, jax 0.10 can deadlock in a vmapped orthogonal init: LAPACK QR inside
-    a parallel batch map)."""
+    a parallel batch map). With a population, `hypers` (field -> `[M]`, `M` a multiple of
+    `num_seeds`) are the members' hyperparameters and `member_agent` builds a member's
+    agent from them; member `m` has the keys of seed `m % num_seeds`."""
     num_devices = mesh.devices.size
+    hypers = hypers or {}
+    num_members = len(next(iter(hypers.values()))) if hypers else num_seeds
     seed_keys = jax.random.split(key, num_seeds)
-    init = jax.jit(agent.init)
+    init = jax.jit(agent.init) if not hypers else jax.jit(lambda k, h: member_agent(h).init(k))
     agents, envs, keys = [], [], []
-    for seed_key in seed_keys:
-        agent_key, env_key, run_key = jax.random.split(seed_key, 3)
-        agents.append(init(agent_key))
+    for member in range(num_members):
+        agent_key, env_key, run_key = jax.random.split(seed_keys[member % num_seeds], 3)
+        member_hypers = {name: values[member] for name, values in hypers.items()}
+        agents.append(init(agent_key, member_hypers) if hypers else init(agent_key))
         envs.append(jax.jit(reset_envs, static_argnums=(0, 3, 4))(env, env_params, env_key, num_envs, agent))
         keys.append(jax.random.split(run_key, num_devices))
     stack = lambda *xs: jnp.stack(xs)  # noqa: E731
@@ -103,7 +139,8 @@ def init_state(
     # so `shard` copies one `[S, ...]` slice to each device rather than `[S, D, ...]`.
     agent_state = agent_state.replace(local=broadcast_device_axis(
         jax.tree.map(np.asarray, agent_state.local), num_devices, seed_axes=1))
-    state = RunnerState(agent_state, jax.tree.map(stack, *envs), jnp.stack(keys))
+    state = RunnerState(agent_state, jax.tree.map(stack, *envs), jnp.stack(keys),
+                        {name: jnp.asarray(values) for name, values in hypers.items()})
     return jax.tree.map(lambda x, s: parallel.shard(x, mesh, s), state, state_specs(state))
 
 
@@ -125,29 +162,34 @@ def over_seeds(one_seed: Callable[..., Any]) -> Callable[..., Any]:
 
 def make_train_call(
     env: JaxEnv, env_params: Any, agent: Agent, mesh: Mesh, rollout_length: int, step_metrics: tuple[str, ...] = (),
-    check_typing: bool = True,
+    check_typing: bool = True, member_agent: MemberAgent | None = None,
 ) -> Callable[[RunnerState, jax.Array], tuple[RunnerState, CallMetrics]]:
     """`(state, num_updates) -> (state, metrics)`, jitted, state donated. `step_metrics`
     (`Algorithm.step_metrics`) are also summed weighted by each update's gradient steps.
     `check_typing` traces the update alone under device-variance typing first
     (`check_update_typing`; the runner skips it for built-in algorithms, which the contract
-    suite checks, since the extra trace adds to every compile)."""
+    suite checks, since the extra trace adds to every compile). `member_agent` builds a
+    population member's agent from its hyperparameters (`RunnerState.hypers`), inside the
+    traced per-member function; without hyperparameters, `agent` serves every seed."""
 
     update = checked_update(agent.update, AXIS)
 
     @jax.jit
-    def iteration(agent_state: AgentState, envs: EnvCarry, key: PRNGKey):
+    def iteration(agent_state: AgentState, envs: EnvCarry, key: PRNGKey, hypers: dict[str, jax.Array]):
         # Jitted so that its trace is cached: `eval_shape` below traces it once, and the
         # loop body's call reuses that trace instead of tracing rollout and update again.
+        member = member_agent(hypers) if hypers else agent
         key, rollout_key, update_key = iteration_keys(key)
         envs, traj, episode_stats = rollout(
-            env, env_params, agent, agent_state.params, envs, rollout_key, rollout_length
+            env, env_params, member, agent_state.params, envs, rollout_key, rollout_length
         )
-        agent_state, metrics = update(agent_state, traj, update_key)
+        agent_state, metrics = (checked_update(member.update, AXIS) if hypers else update)(
+            agent_state, traj, update_key)
         return agent_state, envs, key, episode_stats, metrics
 
-    def one_seed(agent_state: AgentState, envs: EnvCarry, key: PRNGKey, num_updates: jax.Array):
-        metric_shapes = jax.eval_shape(iteration, agent_state, envs, key)[-1]
+    def one_seed(agent_state: AgentState, envs: EnvCarry, key: PRNGKey, hypers: dict[str, jax.Array],
+                 num_updates: jax.Array):
+        metric_shapes = jax.eval_shape(iteration, agent_state, envs, key, hypers)[-1]
         zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), metric_shapes)
         weighted = [name for name in step_metrics if name in zeros] if GRADIENT_STEPS in zeros else []
         metric_sums = (zeros, {name: zeros[name] for name in weighted})
@@ -155,7 +197,7 @@ def make_train_call(
 
         def body(_, carry):
             agent_state, envs, key, stats, (sums, by_step) = carry
-            agent_state, envs, key, episode_stats, metrics = iteration(agent_state, envs, key)
+            agent_state, envs, key, episode_stats, metrics = iteration(agent_state, envs, key, hypers)
             sums = jax.tree.map(jnp.add, sums, metrics)
             if weighted:
                 steps = metrics[GRADIENT_STEPS]
@@ -172,10 +214,10 @@ def make_train_call(
         # Inside, per-device state is seen without its device axis: `[S, 1, ...] -> [S, ...]`.
         local = strip_device_axis(state.agent.local, seed_axes=1)
         agent_state, envs, key, metrics = over_seeds(one_seed)(
-            state.agent.replace(local=local), state.envs, state.key[:, 0], num_updates
+            state.agent.replace(local=local), state.envs, state.key[:, 0], state.hypers, num_updates
         )
         agent_state = agent_state.replace(local=add_device_axis(agent_state.local, seed_axes=1))
-        return RunnerState(agent_state, envs, key[:, None]), metrics
+        return RunnerState(agent_state, envs, key[:, None], state.hypers), metrics
 
     def call(state: RunnerState, num_updates: jax.Array):
         if check_typing:
@@ -242,7 +284,7 @@ def make_rollout_call(
 
     def per_device(state: RunnerState, num_rollouts: jax.Array):
         envs, key, stats = over_seeds(one_seed)(state.agent, state.envs, state.key[:, 0], num_rollouts)
-        return RunnerState(state.agent, envs, key[:, None]), stats
+        return RunnerState(state.agent, envs, key[:, None], state.hypers), stats
 
     def call(state: RunnerState, num_rollouts: jax.Array):
         specs = state_specs(state)

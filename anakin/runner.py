@@ -12,13 +12,25 @@ import jax.numpy as jnp
 import numpy as np
 
 from anakin.config import AnakinConfig
-from anakin.program import AXIS, CallMetrics, RunnerState, init_state, make_train_call
+from anakin.program import (
+    AXIS,
+    CallMetrics,
+    MemberAgent,
+    RunnerState,
+    checkpointed,
+    from_checkpointed,
+    init_state,
+    make_train_call,
+)
+from anakin.rollout import reset_envs, rollout
 from podracer import distributed, parallel
-from podracer.agents import algorithm_for, is_builtin, make_checked_agent
+from podracer.agents import algorithm_for, is_builtin, make_agent, make_checked_agent
 from podracer.checkpoint import Checkpoints, Progress
 from podracer.config import Config, ConfigError, check
 from podracer.distributed import NO_WAITS, Waits
 from podracer.envs import JaxEnv, UnknownEnvError, make_configured_jax_env
+from podracer.pbt import Exploit, exploit_and_explore, is_step
+from podracer.population import Population, make_population, member_config, trace_check
 from podracer.runner import Clock, Hooks, TrainResult, agent_means, all_finite, check_finite, metrics_row
 from podracer.runner.hooks import MetricsCallback
 from podracer.runner.sizes import update_sizes
@@ -41,6 +53,8 @@ class Setup(NamedTuple):
     agent: Agent
     mesh: jax.sharding.Mesh
     sizes: Sizes
+    population: Population | None = None  # swept hyperparameters (None: seeds only)
+    member_agent: MemberAgent | None = None  # a population member's agent from its traced hyperparameters
 
 
 class Completion:
@@ -84,6 +98,8 @@ class _Call(NamedTuple):
     finite: jax.Array  # bool [S]: parameters after the call are finite
     checkpoint_after: bool
     completion: Completion
+    hypers: dict[str, np.ndarray]  # the population's hyperparameters during the call (host copies)
+    exploit_after: bool = False  # a PBT step follows the call (podracer.pbt)
 
     @property
     def label(self) -> str:
@@ -131,17 +147,50 @@ def setup(config: Config) -> Setup:
     devices = select_devices(config.arch.devices)
     sizes = compute_sizes(config, len(devices))
     env_params = env.default_params
-    agent = make_checked_agent(
-        config.agent, env.observation_spec(env_params), env.action_spec(env_params),
-        BatchShape(config.arch.rollout_length, sizes.envs_per_device), env_id=config.env.id,
-        num_updates=sizes.num_updates, axis_name=AXIS,
-    )
-    return Setup(env, env_params, agent, parallel.make_mesh(devices, AXIS), sizes)
+    obs_spec, action_spec = env.observation_spec(env_params), env.action_spec(env_params)
+    batch = BatchShape(config.arch.rollout_length, sizes.envs_per_device)
+    population = make_population(config)
+    agent = make_checked_agent(config.agent, obs_spec, action_spec, batch, env_id=config.env.id,
+                               num_updates=sizes.num_updates, axis_name=AXIS)
+    member_agent = None
+    if population is not None:
+        algorithm = algorithm_for(config.agent)
+        for m in range(0, population.size, population.num_seeds):  # each setting's batch split
+            algorithm.check_batch(member_config(config.agent, population.hypers(m)), batch)
+
+        def member_agent(hypers: dict[str, jax.Array], axis_name: Any = AXIS) -> Agent:
+            return make_agent(member_config(config.agent, hypers), obs_spec, action_spec,
+                              num_updates=sizes.num_updates, axis_name=axis_name, env_id=config.env.id)
+
+        check_population_traces(config, env, env_params, population, member_agent, sizes.envs_per_device)
+    return Setup(env, env_params, agent, parallel.make_mesh(devices, AXIS), sizes, population, member_agent)
+
+
+def check_population_traces(config: Config, env: JaxEnv, env_params: Any, population: Population,
+                            member_agent: Callable[..., Agent], envs_per_device: int) -> None:
+    """ConfigError naming a swept field that cannot be a traced value (it sets a shape or a
+    Python branch of the agent): one member's init, rollout and update are traced (nothing
+    runs or compiles) on one device's batch, without the device axis."""
+
+    def one_iteration(hypers: dict[str, Any], key: jax.Array) -> Any:
+        agent = member_agent(hypers, None)
+        state = agent.init(key)
+        envs = reset_envs(env, env_params, key, envs_per_device, agent)
+        _, traj, _ = rollout(env, env_params, agent, state.params, envs, key, config.arch.rollout_length)
+        return agent.update(state, traj, key)
+
+    trace_check(one_iteration, population.initial_arrays(), jax.random.key(0))
+
+
+def population_size(config: Config, s: Setup) -> int:
+    """Members of the run: the population's, or `arch.num_seeds` without a sweep."""
+    return s.population.size if s.population is not None else config.arch.num_seeds
 
 
 def initial_state(config: Config, s: Setup) -> RunnerState:
+    hypers = s.population.initial_arrays() if s.population is not None else None
     return init_state(s.env, s.env_params, s.agent, s.mesh, jax.random.key(config.seed),
-                      config.arch.num_seeds, config.arch.num_envs)
+                      config.arch.num_seeds, config.arch.num_envs, hypers, s.member_agent)
 
 
 def train(
@@ -171,15 +220,19 @@ def train(
     s = prepared if prepared is not None else setup(config)
     with waits.waiting("every process to connect its devices"):
         distributed.connect(s.mesh, config.distributed.timeout_s)
-    state, progress = hooks.start(initial_state(config, s), config.checkpoint.init_from, seed_axis=True)
+    state, progress = hooks.start(checkpointed(initial_state(config, s)), config.checkpoint.init_from,
+                                  seed_axis=True, init_member=config.checkpoint.init_member)
+    state = from_checkpointed(state)
     if progress.updates >= s.sizes.num_updates:  # a finished run resumed: nothing to compile or run
         return TrainResult([], state, s.agent, env_steps=progress.env_steps)
     algorithm = algorithm_for(config.agent)
     step_metrics = algorithm.step_metrics
     train_call = make_train_call(s.env, s.env_params, s.agent, s.mesh, config.arch.rollout_length,
-                                 step_metrics, check_typing=not is_builtin(algorithm))
+                                 step_metrics, check_typing=not is_builtin(algorithm), member_agent=s.member_agent)
     # Compiled here, so that no wait on the other processes (a dispatch) includes compiling.
     train_call = train_call.lower(state, jnp.int32(config.arch.updates_per_call)).compile()
+    # The hyperparameters pass through a call unchanged: the host's copy is theirs.
+    hypers = {name: np.asarray(values) for name, values in jax.device_get(state.hypers).items()}
     total, every = s.sizes.num_updates, config.checkpoint.every_updates
     rows: list[dict[str, Any]] = []
     clock = Clock(progress.wall_s)
@@ -192,16 +245,25 @@ def train(
         # Every process must stop after the same call: a stop in one is a stop in all.
         stop = pending is not None and _agree_to_stop(hooks.stop_requested(), pending, s.mesh, waits)
         launched = None
-        if dispatched < total and not (stop or (pending is not None and pending.checkpoint_after)):
+        held = pending is not None and (pending.checkpoint_after or pending.exploit_after)
+        if dispatched < total and not (stop or held):
             n = min(config.arch.updates_per_call, total - dispatched)
             crosses = every > 0 and dispatched // every < (dispatched + n) // every
-            state, launched = _dispatch(train_call, state, dispatched + 1, n, crosses, waits)
+            state, launched = _dispatch(train_call, state, dispatched + 1, n, crosses, waits, hypers)
+            exploit = is_step(dispatched, dispatched + n, config.population.pbt_every) and dispatched + n < total
+            launched = launched._replace(exploit_after=exploit)
             dispatched += n
         if pending is not None:
             try:
                 with waits.waiting(pending.label):
-                    progress, row = _finish(pending, progress, s.sizes, config.arch.num_seeds, clock, hooks,
-                                            step_metrics)
+                    progress, row = _finish(pending, progress, s.sizes, population_size(config, s), clock,
+                                            hooks, step_metrics, s.population)
+                if pending.exploit_after:  # the devices are idle: nothing was dispatched after `pending`
+                    step = exploit_and_explore(s.population, config.population,
+                                               [m["episode_return"] for m in row["members"]], hypers,
+                                               progress.updates, config.seed)
+                    state, hypers = _exploit(state, step), step.hypers
+                    row["pbt"] = {"env_steps": progress.env_steps, **step.event}
                 rows.append(row)
                 hooks.emit(row)
             except BaseException:
@@ -212,8 +274,9 @@ def train(
                     # another process is gone and its collectives never complete.
                     launched.completion.join(config.distributed.timeout_s)
                 raise
-            if launched is None:
-                hooks.save(state, progress)  # the state right after `pending`
+            if launched is None and (pending.checkpoint_after or stop or dispatched >= total
+                                     or not pending.exploit_after):
+                hooks.save(checkpointed(state), progress)  # the state right after `pending` (and its PBT step)
             if stop:
                 return TrainResult(rows, state, s.agent, stopped=True, env_steps=progress.env_steps)
         if launched is None and dispatched >= total:
@@ -221,14 +284,24 @@ def train(
         pending = launched
 
 
+def _exploit(state: RunnerState, step: Exploit) -> RunnerState:
+    """`state` after a PBT step: member `m`'s agent state is `step.sources[m]`'s (a gather
+    along the member axis, placed as before), its hyperparameters `step.hypers`."""
+    sources = jnp.asarray(step.sources)
+    agent = jax.tree.map(lambda x: jax.device_put(x[sources], x.sharding), state.agent)
+    hypers = {name: jax.device_put(jnp.asarray(step.hypers[name]), value.sharding)
+              for name, value in state.hypers.items()}
+    return state._replace(agent=agent, hypers=hypers)
+
+
 def _dispatch(train_call: Any, state: RunnerState, first_update: int, n: int, checkpoint_after: bool,
-              waits: Waits) -> tuple[RunnerState, _Call]:
+              waits: Waits, hypers: dict[str, np.ndarray]) -> tuple[RunnerState, _Call]:
     """Start a host call of `n` updates. With several processes a dispatch may run the
     call before it returns, so it is a wait on the other processes too."""
     with waits.waiting(updates_label(first_update, n)):
         state, metrics = train_call(state, jnp.int32(n))
         finite_after = all_finite(state.agent.params, batch_dims=1)
-    return state, _Call(first_update, n, metrics, finite_after, checkpoint_after, Completion(metrics))
+    return state, _Call(first_update, n, metrics, finite_after, checkpoint_after, Completion(metrics), hypers)
 
 
 def _agree_to_stop(stop_here: bool, after: _Call, mesh: jax.sharding.Mesh, waits: Waits) -> bool:
@@ -243,9 +316,26 @@ def _agree_to_stop(stop_here: bool, after: _Call, mesh: jax.sharding.Mesh, waits
         return bool(parallel.process_sum(np.float32(stop_here), mesh) > 0)
 
 
+def members_row(population: Population, hypers: dict[str, np.ndarray],
+                per_member_return: list[float | None]) -> list[dict[str, Any]]:
+    """A population's `members` entry of a metrics row: each member's index, setting, seed,
+    hyperparameters during the row and mean episode return (None if no episode ended)."""
+    return [{"member": m, "setting": population.setting_of(m), "seed": population.seed_of(m),
+             "hypers": {name: _shortest(values[m]) for name, values in hypers.items()},
+             "episode_return": per_member_return[m]} for m in range(population.size)]
+
+
+def _shortest(value: np.ndarray) -> float | int:
+    """A float32 or int32 hyperparameter as the shortest Python number that rounds to it
+    (`0.001`, not `0.0010000000474974513`)."""
+    if np.issubdtype(value.dtype, np.integer):
+        return int(value)
+    return float(np.format_float_positional(value, unique=True, trim="-"))
+
+
 def _finish(
     call: _Call, progress: Progress, sizes: Sizes, num_seeds: int, clock: Clock, hooks: Hooks,
-    step_metrics: tuple[str, ...] = (),
+    step_metrics: tuple[str, ...] = (), population: Population | None = None,
 ) -> tuple[Progress, dict[str, Any]]:
     """Read a call's metrics, refuse non-finite results, and build its metrics row.
     `env_steps` counts one seed's experience; `sps` all seeds'; `step_metrics` are averaged
@@ -258,4 +348,7 @@ def _finish(
     sps = call.num_updates * sizes.steps_per_update * num_seeds / interval
     agent = agent_means(metrics.agent, call.num_updates, step_metrics, metrics.agent_by_step)
     row = metrics_row(env_steps, sps, wall_s, metrics.episodes, agent)
+    if population is not None:
+        row["members"] = members_row(population, call.hypers,
+                                     row.get("episode_return_per_seed", [row["episode_return"]]))
     return Progress(updates, env_steps, wall_s, progress.rows + 1), row

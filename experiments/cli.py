@@ -94,6 +94,10 @@ def main(argv: list[str] | None = None) -> None:
             cmd_evaluate(args)
         elif args.command == "plot":
             cmd_plot(args)
+        elif args.command == "report":
+            from experiments.report import cmd_report
+
+            cmd_report(args)
         elif args.command == "launch-local":
             cmd_launch_local(args.preset, args.resume, rest, args.num_processes, args.cpu_devices)
         elif args.command == "bench" and args.arch in benches:

@@ -75,7 +75,15 @@ def cmd_plot(args: argparse.Namespace) -> None:
 
     if args.smooth < 1:  # a moving average over no rows; it used to mean 1 silently
         fail(f"--smooth must be >= 1 (rows averaged), got {args.smooth}")
-    plot_runs(args.run_dirs, args.out, labels=args.labels, spread=args.spread, smooth=args.smooth, title=args.title)
+    if args.lineage:
+        from experiments.lineage import plot_lineage
+
+        if len(args.run_dirs) != 1:
+            fail("--lineage draws one run's lineage; give one RUN_DIR")
+        plot_lineage(args.run_dirs[0], args.out)
+    else:
+        plot_runs(args.run_dirs, args.out, labels=args.labels, spread=args.spread, smooth=args.smooth,
+                  title=args.title, by=args.by)
     print(f"wrote {args.out}")
 
 

@@ -55,7 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = commands.add_parser(
         "train", help="train a preset, or resume a run", allow_abbrev=False, add_help=False,
-        description="podracer train PRESET [--section.field VALUE ...] | podracer train --resume RUN_DIR",
+        description="podracer train PRESET [--section.field VALUE ...] [--sweep agent.field=V1,V2,... ...] "
+                    "[--sweep-samples N] | podracer train --resume RUN_DIR",
     )
     train.add_argument("-h", "--help", action="store_true",
                        help="with a preset: every field of its config, with type, value and meaning")
@@ -67,7 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("run_dir", metavar="RUN_DIR")
     evaluate.add_argument("--episodes", type=int, default=100, help="episodes to run (default 100)")
     evaluate.add_argument("--seed", type=int, default=0, help="evaluation seed (default 0)")
-    evaluate.add_argument("--agent-seed", type=int, default=0, help="which of the run's seeds (default 0)")
+    evaluate.add_argument("--member", "--agent-seed", dest="agent_seed", type=int, default=0,
+                          help="which of the run's members (seeds, or settings x seeds of a sweep; default 0)")
     evaluate.add_argument("--sample", action="store_true",
                           help="sample actions instead of the greedy ones (argmax; a Gaussian's mean)")
     evaluate.add_argument("--step", type=int, metavar="N",
@@ -86,6 +88,23 @@ def build_parser() -> argparse.ArgumentParser:
                       help="shaded band over seeds (default: standard error)")
     plot.add_argument("--smooth", type=int, default=1, help="moving average over this many rows")
     plot.add_argument("--title", default=None)
+    plot.add_argument("--by", choices=["run", "setting", "member"], default="run",
+                      help="a population's curves: one per run (default), per setting (seeds pooled) or per member")
+    plot.add_argument("--lineage", action="store_true",
+                      help="a PBT run's hyperparameters of every member over env steps, and who copied whom")
+
+    report = commands.add_parser("report", help="IQM, median, mean, optimality gap with bootstrap CIs (rliable)")
+    report.add_argument("run_dirs", metavar="RUN_DIR", nargs="+")
+    report.add_argument("--json", action="store_true", help="print one JSON object")
+    report.add_argument("--out", metavar="DIR", help="write report.md, report.json, profiles.png, intervals.png")
+    report.add_argument("--labels", nargs="+", help="one label per run; runs with the same label are pooled")
+    report.add_argument("--compare", nargs=2, metavar=("X", "Y"), help="probability of improvement of X over Y")
+    report.add_argument("--tail", type=float, default=0.1, help="score: mean return of this last share of rows")
+    report.add_argument("--gap-threshold", type=float, default=None,
+                        help="optimality gap below this score (default 1 for normalised scores, else none)")
+    report.add_argument("--reps", type=int, default=2000, help="bootstrap resamples (default 2000)")
+    report.add_argument("--by", choices=["setting", "run"], default="setting",
+                        help="a population's members: grouped by hyperparameters (default) or all as its run's")
 
     launch = commands.add_parser(
         "launch-local", help="run a preset as N local processes (jax.distributed on 127.0.0.1)",

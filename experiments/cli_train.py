@@ -14,6 +14,7 @@ from experiments.cli_parser import fail
 def resolve_config(preset: str, overrides: list[str]):
     from experiments.overrides import apply_overrides
     from experiments.presets import all_presets
+    from experiments.sweep import split_population_args, with_population_args
 
     presets = all_presets()
 
@@ -23,7 +24,8 @@ def resolve_config(preset: str, overrides: list[str]):
         close = difflib.get_close_matches(preset, list(presets), n=1)
         hint = f"; did you mean {close[0]}?" if close else "; run `podracer list`"
         fail(f"unknown preset {preset!r}{hint}")
-    return apply_overrides(presets[preset](), overrides)
+    args = split_population_args(overrides)  # --sweep, --sweep-samples (--sweep-each: cmd_train)
+    return apply_overrides(with_population_args(presets[preset](), args.sweeps, args.samples), args.rest)
 
 
 def cmd_train_help(parser: argparse.ArgumentParser, preset: str | None, overrides: list[str]) -> None:
@@ -41,11 +43,15 @@ def cmd_train_help(parser: argparse.ArgumentParser, preset: str | None, override
 def cmd_train(preset: str | None, resume_dir: str | None, overrides: list[str]) -> int:
     from experiments import train as train_lib
     from experiments.signals import stop_on_signals
+    from experiments.sweep import split_population_args
 
     if preset is None and resume_dir is None:
         fail("give a preset to train, or --resume RUN_DIR")
     config = resolve_config(preset, overrides) if preset is not None and resume_dir is None else None
     session = resume_distributed(preset, overrides) if resume_dir is not None else None
+    each = split_population_args(overrides).each if config is not None else []
+    if each:
+        return cmd_train_each(preset, config, each)
     with stop_on_signals() as stop:
         if config is not None:
             result = train_lib.train(config, name=preset, should_stop=stop)
@@ -63,6 +69,24 @@ def cmd_train(preset: str | None, resume_dir: str | None, overrides: list[str]) 
         return 0
     steps = f"{env_steps:,}" if isinstance(env_steps, int) else env_steps
     print(f"done: {steps} env steps, final return {final_return(result.run_dir)}, run dir {result.run_dir}")
+    return 0
+
+
+def cmd_train_each(preset: str, config, each: list[str]) -> int:
+    """`podracer train PRESET --sweep-each ...`: one program per setting, one after another."""
+    from experiments.signals import stop_on_signals
+    from experiments.sweep import train_each
+
+    with stop_on_signals() as stop:
+        results = train_each(config, each, preset, should_stop=stop)
+    if results[-1].stopped:
+        print(f"podracer: stopped by {stop.name} after {len(results) - 1} finished settings; continue this one "
+              f"with: {resume_command(results[-1].run_dir)}", file=sys.stderr)
+        return 128 + (stop.signum or signal.SIGTERM)
+    for result in results:
+        print(f"done: {result.run_dir}, final return {final_return(result.run_dir)}")
+    parent = os.path.dirname(results[0].run_dir)
+    print(f"compare them with: podracer report {' '.join(r.run_dir for r in results)} (in {parent})")
     return 0
 
 

@@ -35,6 +35,7 @@ from podracer.config import Config, ConfigError
 from podracer.envs import JaxEnv, UnknownEnvError, make_configured_jax_env
 from podracer.envs.base import clip_action, step_batch
 from podracer.envs.render import can_render
+from podracer.population import concrete_config, make_population, population_size
 from podracer.types import (
     ActionSpec,
     Array,
@@ -115,9 +116,13 @@ def evaluate(
         "env_steps": loaded.env_steps,
         "step": loaded.updates,
         "agent_seed": agent_seed,
+        "member": agent_seed,
         "seed": seed,
         "policy": "sample" if sample else ("mean" if isinstance(action_spec, BoxSpec) else "greedy"),
     }
+    population = make_population(config)
+    if population is not None:
+        result["hypers"] = population.hypers(agent_seed)
     if video is not None:
         if env is not None:  # an episode of its own (a host run draws the first one evaluated)
             frames, video_return = record_episode(env, loaded.policy, loaded.params, key_video, max_steps)
@@ -167,12 +172,16 @@ def _check_video(env: JaxEnv | None, config: Config, path: str) -> None:
 
 def load_policy(run_dir: str, config: Config, obs_spec: ObservationSpec, action_spec: ActionSpec, agent_seed: int,
                 sample: bool, step: int | None = None) -> Loaded:
-    """The policy and parameters of seed `agent_seed` from the run's latest checkpoint (or
-    the checkpoint of update `step`)."""
-    num_seeds = getattr(config.arch, "num_seeds", 1)
+    """The policy and parameters of member `agent_seed` (a seed, or a setting and seed of a
+    sweep: `podracer.population`) from the run's latest checkpoint (or the checkpoint of
+    update `step`)."""
+    population = make_population(config)
+    num_seeds = population_size(config)
     if not 0 <= agent_seed < num_seeds:
-        raise ConfigError(f"--agent-seed must be in [0, {num_seeds}) for this run, got {agent_seed}")
-    agent = make_agent(config.agent, obs_spec, action_spec, num_updates=1, axis_name=None, env_id=config.env.id)
+        raise ConfigError(f"--member/--agent-seed must be in [0, {num_seeds}) for this run ({num_seeds} members), "
+                          f"got {agent_seed}")
+    agent_config = config.agent if population is None else concrete_config(config.agent, population.hypers(agent_seed))
+    agent = make_agent(agent_config, obs_spec, action_spec, num_updates=1, axis_name=None, env_id=config.env.id)
     if not sample and agent.greedy_act is None:
         raise ConfigError(f"{type(config.agent).__name__} has no greedy policy; evaluate with --sample")
     abstract = jax.eval_shape(agent.init, jax.random.key(0)).params

@@ -56,6 +56,26 @@ def read_curves(run_dir: str) -> Curves:
                   returns)
 
 
+BY = ("run", "setting", "member")
+
+
+def member_curves(run_dir: str, label: str, by: str) -> dict[str, Curves]:
+    """A population run's curves by `setting` (its seeds pooled, labelled by its
+    hyperparameters) or by `member` (one curve each), from the rows' `members` entries;
+    `{label: the run's curves}` for `run` or a run without a sweep."""
+    curves = read_curves(run_dir)
+    rows = read_jsonl(os.path.join(run_dir, "metrics.jsonl"))
+    members = rows[-1].get("members")
+    if by == "run" or not members:
+        return {label: curves}
+    groups: dict[str, list[int]] = {}
+    for member in members:
+        hypers = " ".join(f"{k}={v:g}" for k, v in member["hypers"].items())
+        name = f"{label} {hypers}" + (f" member {member['member']}" if by == "member" else "")
+        groups.setdefault(name, []).append(member["member"])
+    return {name: curves._replace(returns=curves.returns[indices]) for name, indices in groups.items()}
+
+
 def default_label(run_dir: str, name: str | None = None) -> str:
     """`name` (default: the directory's name) with the run's environment when it lacks it."""
     try:
@@ -119,26 +139,30 @@ def band(returns: np.ndarray, spread: str) -> tuple[np.ndarray, np.ndarray, np.n
 
 def plot_figure(
     run_dirs: str | os.PathLike | Sequence[str | os.PathLike], labels: Sequence[str] | None = None,
-    spread: str = "stderr", smooth: int = 1, title: str | None = None,
+    spread: str = "stderr", smooth: int = 1, title: str | None = None, by: str = "run",
 ) -> Any:
     """The runs' learning curves as a matplotlib `Figure` (return against env steps and
-    against wall time; mean over seeds and same-label runs, shaded spread). Made without
-    pyplot, so it changes no global matplotlib state; show it in a notebook or `savefig` it."""
+    against wall time; mean over seeds and same-label runs, shaded spread). `by` draws a
+    population's settings or members apart (`member_curves`). Made without pyplot, so it
+    changes no global matplotlib state; show it in a notebook or `savefig` it."""
     if isinstance(run_dirs, (str, os.PathLike)):
         run_dirs = [run_dirs]  # one run, not the characters of its path
     if labels is not None and len(labels) != len(run_dirs):
         raise ConfigError(f"--labels: got {len(labels)} labels for {len(run_dirs)} runs")
     if spread not in ("stderr", "minmax"):
         raise ConfigError(f"spread must be stderr or minmax, got {spread!r}")
+    if by not in BY:
+        raise ConfigError(f"--by must be one of {', '.join(BY)}, got {by!r}")
     groups: dict[str, list[Curves]] = {}
     for run_dir, label in zip(run_dirs, labels or default_labels(run_dirs)):
-        groups.setdefault(label, []).append(read_curves(run_dir))
+        for name, curves in member_curves(run_dir, label, by).items():
+            groups.setdefault(name, []).append(curves)
     return _draw(groups, spread, max(1, smooth), title)
 
 
 def plot_runs(
     run_dirs: Sequence[str], out: str, labels: Sequence[str] | None = None, spread: str = "stderr",
-    smooth: int = 1, title: str | None = None,
+    smooth: int = 1, title: str | None = None, by: str = "run",
 ) -> None:
     """Draw the runs' learning curves into `out` (PNG, PDF or SVG, by its suffix)."""
     from matplotlib.backend_bases import FigureCanvasBase
@@ -146,7 +170,7 @@ def plot_runs(
     suffix = os.path.splitext(str(out))[1].lower().lstrip(".")
     if suffix not in FigureCanvasBase.get_supported_filetypes():
         raise ConfigError(f"--out {str(out)!r}: write a .png, .pdf or .svg file")
-    figure = plot_figure(run_dirs, labels, spread, smooth, title)
+    figure = plot_figure(run_dirs, labels, spread, smooth, title, by)
     directory = os.path.dirname(os.path.abspath(out))
     try:
         os.makedirs(directory, exist_ok=True)

@@ -30,6 +30,7 @@ from podracer.config import Config, ConfigError, DistributedConfig
 from podracer.distributed import NO_WAITS, Waits
 from podracer.envs.host import host_env_record
 from podracer.logging import ConsoleProgress, JsonlSink, MultiSink, TensorBoardSink, WandbSink, wandb_available
+from podracer.pbt import LineageSink
 from podracer.runner.sizes import update_sizes
 from podracer.runner.warm_start import check_source
 
@@ -145,6 +146,9 @@ def check_logging(config: Config) -> None:
 def make_sinks(config: Config, run_dir: str, console: bool, progress: Progress | None) -> MultiSink:
     keep_rows = 0 if progress is None else progress.rows  # a new run starts a fresh metrics.jsonl
     sinks: list[Any] = [JsonlSink(os.path.join(run_dir, "metrics.jsonl"), keep_rows=keep_rows)]
+    if config.population.pbt_every:
+        updates = None if progress is None else progress.updates
+        sinks.append(LineageSink(os.path.join(run_dir, "lineage.jsonl"), updates))
     if config.log.tensorboard:
         # Rows up to the checkpoint's env steps stay; later ones are written again.
         purge_step = 0 if progress is None else progress.env_steps + 1
@@ -313,7 +317,7 @@ def check_setup(runner: Any, config: Config, waits: Waits, new_run: bool = False
         if not new_run:
             check_env_record(config.run_dir, config)
         if new_run and config.checkpoint.init_from is not None:
-            check_source(config.checkpoint.init_from, prepared.agent)
+            check_source(config.checkpoint.init_from, prepared.agent, config.checkpoint.init_member)
         return prepared
 
     prepared, error = startup.attempt(checks)

@@ -1,7 +1,7 @@
 """Run configuration: frozen dataclasses, validated when built.
 
 The tree is `Config(seed, total_env_steps, run_dir, env, agent, arch, log, checkpoint,
-distributed)`;
+distributed, population)`;
 `agent` is an algorithm's config (e.g. `PPOConfig`) and `arch` an architecture's
 (`AnakinConfig`, `SebulbaConfig`). Sizes derived from it are computed by the runners,
 never written back.
@@ -112,8 +112,13 @@ class CheckpointConfig:
     # a run directory: a new run's agent parameters start from its latest checkpoint
     # (podracer.runner.warm_start; optimizer, replay and counters start fresh); None: fresh
     init_from: str | None = None
+    init_member: int | None = None  # with init_from: every member starts from this member of it (None: k from k)
 
     def __post_init__(self) -> None:
+        check(self.init_member is None or self.init_member >= 0, "checkpoint.init_member", "must be >= 0 (or None)",
+              self.init_member)
+        check(self.init_member is None or self.init_from is not None, "checkpoint.init_member",
+              "needs checkpoint.init_from (the run whose member to start from)", self.init_member)
         check(self.every_updates >= 0, "checkpoint.every_updates", "must be >= 0", self.every_updates)
         check(self.keep >= 1, "checkpoint.keep", "must be >= 1", self.keep)
         check(self.init_from is None or bool(self.init_from), "checkpoint.init_from",
@@ -151,6 +156,35 @@ class DistributedConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class PopulationConfig:
+    """A population of agents in one Anakin program (`podracer.population`): each
+    `sweep` entry gives one agent hyperparameter several values, and every combination of
+    values trains `arch.num_seeds` members. With `pbt_every`, population-based training
+    (Jaderberg et al. 2017) replaces the worst members by perturbed copies of the best.
+
+    A sweep entry is `agent.field=V1,V2,...` (a grid), `agent.field=loguniform:LOW:HIGH` or
+    `agent.field=uniform:LOW:HIGH` (`samples` draws from the run's seed, shared by every
+    random entry and crossed with the grids).
+    """
+
+    sweep: tuple[str, ...] = ()  # e.g. agent.learning_rate=1e-4,3e-4 (the command line's --sweep)
+    samples: int = 0  # draws of the random entries (loguniform:/uniform:); the command line's --sweep-samples
+    pbt_every: int = 0  # PBT: exploit and explore after every this many updates (0: no PBT)
+    pbt_fraction: float = 0.25  # PBT: the bottom fraction of members copies the top fraction
+    pbt_resample: float = 0.25  # PBT: chance that an explored hyperparameter is redrawn instead of perturbed
+
+    def __post_init__(self) -> None:
+        check(all(isinstance(e, str) and "=" in e for e in self.sweep), "population.sweep",
+              "must be entries agent.field=VALUES", self.sweep)
+        check(self.samples >= 0, "population.samples", "must be >= 0", self.samples)
+        check(self.pbt_every >= 0, "population.pbt_every", "must be >= 0", self.pbt_every)
+        check(0 < self.pbt_fraction <= 0.5, "population.pbt_fraction", "must be in (0, 0.5]", self.pbt_fraction)
+        check(0 <= self.pbt_resample <= 1, "population.pbt_resample", "must be in [0, 1]", self.pbt_resample)
+        check(self.pbt_every == 0 or bool(self.sweep), "population.pbt_every",
+              "needs swept hyperparameters (population.sweep) to explore", self.pbt_every)
+
+
+@dataclasses.dataclass(frozen=True)
 class Config:
     agent: Any
     arch: Any
@@ -161,10 +195,11 @@ class Config:
     log: LogConfig = LogConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
     distributed: DistributedConfig = DistributedConfig()
+    population: PopulationConfig = PopulationConfig()
 
     def __post_init__(self) -> None:
         for name, section in (("env", EnvConfig), ("log", LogConfig), ("checkpoint", CheckpointConfig),
-                              ("distributed", DistributedConfig)):
+                              ("distributed", DistributedConfig), ("population", PopulationConfig)):
             value = getattr(self, name)
             check(isinstance(value, section), name, f"must be an instance of {section.__name__} (podracer.config)",
                   value)
@@ -194,7 +229,8 @@ def to_dict(config: Any) -> dict[str, Any]:
     return out
 
 
-CORE_TYPES: tuple[type, ...] = (Config, EnvConfig, LogConfig, CheckpointConfig, DistributedConfig)
+CORE_TYPES: tuple[type, ...] = (Config, EnvConfig, LogConfig, CheckpointConfig, DistributedConfig,
+                                PopulationConfig)
 
 # Upgrades of saved config sections by `_type` tag: what reads a config written by another
 # version (a run's config.json, a checkpoint's config) applies them first.

@@ -18,7 +18,7 @@ from jax.sharding import Mesh, NamedSharding
 from podracer import distributed, parallel
 from podracer.agents import algorithm_for, make_checked_agent
 from podracer.checkpoint import Checkpoints, Progress
-from podracer.config import Config, ConfigError
+from podracer.config import Config, ConfigError, check
 from podracer.distributed import NO_WAITS, Waits
 from podracer.envs import UnknownEnvError
 from podracer.envs.host import host_env_specs
@@ -53,6 +53,11 @@ def setup(config: Config) -> Setup:
     cannot split)."""
     if not isinstance(config.arch, SebulbaConfig):
         raise ConfigError(f"arch must be a SebulbaConfig for the Sebulba runner, got {type(config.arch).__name__}")
+    # A population shares one compiled program only under Anakin: Sebulba's actors step one
+    # agent's host environments, so M members would need M actor pools and M learners,
+    # each as costly as a run of its own.
+    check(not config.population.sweep, "population.sweep", "needs an Anakin preset (a Sebulba run trains one "
+          "agent: run each setting separately)", config.population.sweep)
     layout = make_layout(config)
     try:
         obs_spec, action_spec = host_env_specs(config.env)
@@ -125,7 +130,8 @@ def train(
     s = prepared if prepared is not None else setup(config)
     with waits.waiting("every process to connect its learner devices"):
         distributed.connect(s.mesh, config.distributed.timeout_s)
-    start, progress = hooks.start(initial_learner_state(config, s), config.checkpoint.init_from)
+    start, progress = hooks.start(initial_learner_state(config, s), config.checkpoint.init_from,
+                                  init_member=config.checkpoint.init_member)
     rows, learner = run(config, s, start, hooks, progress)
     return TrainResult(rows, learner.state, s.agent, stopped=learner.stopped,
                        env_steps=learner.updates * s.layout.steps_per_update)

@@ -45,7 +45,8 @@ class Hooks:
     def stop_requested(self) -> bool:
         return self.should_stop is not None and bool(self.should_stop())
 
-    def start(self, initial: Any, init_from: str | None = None, seed_axis: bool = False) -> tuple[Any, Progress]:
+    def start(self, initial: Any, init_from: str | None = None, seed_axis: bool = False,
+              init_member: int | None = None) -> tuple[Any, Progress]:
         """`(state, progress)` to start from: on `resume`, the latest checkpoint shaped and
         placed like `initial`; for a new run `initial`, its agent parameters taken from the
         run `init_from` if given (`podracer.runner.warm_start`; `seed_axis`: `initial`'s
@@ -53,7 +54,7 @@ class Hooks:
         if self.resume:
             return self.checkpointer.restore(initial)
         if init_from is not None:
-            params = warm_params(initial.agent.params, init_from, seed_axis)
+            params = warm_params(initial.agent.params, init_from, seed_axis, init_member)
             initial = initial._replace(agent=initial.agent.replace(params=params))
         return initial, Progress()
 

@@ -37,13 +37,15 @@ FIELD = "checkpoint.init_from"
 PATH = ("agent", "params")
 
 
-def warm_params(params: Any, run_dir: str, seed_axis: bool) -> Any:
+def warm_params(params: Any, run_dir: str, seed_axis: bool, member: int | None = None) -> Any:
     """`params`, a new run's initial agent parameters (on its devices; `[S, ...]` with
     `seed_axis`), with every floating-point leaf replaced by the same leaf of the latest
     checkpoint of the run in `run_dir`, placed like the leaf it replaces.
 
-    Seeds: from an Anakin run with as many seeds as this one, seed k starts from seed k;
-    otherwise every seed starts from the source's seed 0 (or its only parameters). Raises
+    Seeds: from an Anakin run with as many seeds (population members) as this one, seed k
+    starts from seed k; otherwise every seed starts from the source's seed 0 (or its only
+    parameters); with `member` (`checkpoint.init_member`), every seed starts from that
+    member of the source (ConfigError naming the field if it has no such member). Raises
     ConfigError naming `checkpoint.init_from` when `run_dir` has no checkpoint or its
     parameters differ from this run's in structure, shape or dtype (another network).
     """
@@ -51,13 +53,16 @@ def warm_params(params: Any, run_dir: str, seed_axis: bool) -> Any:
     num_seeds = jax.tree.leaves(params)[0].shape[0] if seed_axis else 1
     with _source(run_dir) as checkpoints:
         abstract, source_seeds = _layout(checkpoints, per_seed, run_dir)
+        check_member(member, source_seeds)
         source, _ = checkpoints.restore_part(abstract, PATH)
 
     def take(new: jax.Array, old: jax.Array) -> jax.Array:
         if not jnp.issubdtype(new.dtype, jnp.floating):
             return new
         value = np.asarray(old)
-        if source_seeds is not None and not (seed_axis and source_seeds == num_seeds):
+        if source_seeds is not None and member is not None:
+            value = value[member]
+        elif source_seeds is not None and not (seed_axis and source_seeds == num_seeds):
             value = value[0]
         value = np.broadcast_to(value, new.shape)
         return jax.make_array_from_callback(new.shape, new.sharding, lambda index: value[index])
@@ -65,13 +70,22 @@ def warm_params(params: Any, run_dir: str, seed_axis: bool) -> Any:
     return jax.tree.map(take, params, source)
 
 
-def check_source(run_dir: str, agent: Agent) -> None:
+def check_source(run_dir: str, agent: Agent, member: int | None = None) -> None:
     """Raise ConfigError naming `checkpoint.init_from` unless `run_dir`'s latest checkpoint
-    holds parameters that fit `agent`: the check before a run directory is made and
-    anything compiles (it reads no arrays)."""
+    holds parameters that fit `agent` (and naming `checkpoint.init_member` unless it has
+    that member): the check before a run directory is made and anything compiles (it
+    reads no arrays)."""
     per_seed = jax.eval_shape(agent.init, jax.random.key(0)).params
     with _source(run_dir) as checkpoints:
-        _layout(checkpoints, per_seed, run_dir)
+        check_member(member, _layout(checkpoints, per_seed, run_dir)[1])
+
+
+def check_member(member: int | None, source_members: int | None) -> None:
+    """ConfigError naming `checkpoint.init_member` unless the source (with `source_members`
+    members, None for a Sebulba run's one agent) has member `member`."""
+    count = 1 if source_members is None else source_members
+    if member is not None and member >= count:
+        raise ConfigError(f"checkpoint.init_member must be in [0, {count}) for the run in {FIELD}, got {member}")
 
 
 @contextlib.contextmanager
