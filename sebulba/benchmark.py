@@ -284,7 +284,7 @@ def training_sps(config: Config, s: Setup, seconds: float) -> float:
     arch = dataclasses.replace(config.arch, updates_per_log=1)
     long_enough = max(config.total_env_steps, arch.num_envs * arch.rollout_length * 100_000)
     config = dataclasses.replace(config, arch=arch, total_env_steps=long_enough)
-    s = setup(config)
+    s = setup(config, s.layout.auto)  # the same layout: updates_per_log does not change it
     first_row_at: list[float] = []
     starts = getattr(config.agent, "learning_starts", 0)
 

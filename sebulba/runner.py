@@ -49,10 +49,11 @@ class Setup(NamedTuple):
     mesh: Mesh  # the learner devices, axis `AXIS`
 
 
-def setup(config: Config) -> Setup:
+def setup(config: Config, chosen: LayoutChoice | None = None) -> Setup:
     """Everything but compilation and threads: raises ConfigError on bad input first
     (layout, sizes, an agent paired with an action space it does not support, a batch it
-    cannot split)."""
+    cannot split). With `arch.layout="auto"` it measures this host and chooses the actor
+    layout, unless given the layout `chosen` already for the same host and sizes."""
     if not isinstance(config.arch, SebulbaConfig):
         raise ConfigError(f"arch must be a SebulbaConfig for the Sebulba runner, got {type(config.arch).__name__}")
     layout = make_layout(config)
@@ -70,7 +71,7 @@ def setup(config: Config) -> Setup:
     agent = make_checked_agent(config.agent, obs_spec, action_spec, batch, env_id=config.env.id,
                                num_updates=layout.num_updates, axis_name=AXIS)
     if config.arch.layout == "auto":
-        layout = make_layout(config, auto=choose_for_host(config, layout, agent, obs_spec))
+        layout = make_layout(config, auto=chosen or choose_for_host(config, layout, agent, obs_spec))
     return Setup(layout, obs_spec, action_spec, agent, parallel.make_mesh(layout.learner_devices, AXIS))
 
 
