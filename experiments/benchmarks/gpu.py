@@ -40,7 +40,7 @@ STDERR_TAIL = 2000  # characters of a failed part's stderr kept in its record
 class Part(NamedTuple):
     run: Callable[[bool, float], dict[str, Any]]  # (smoke, seconds it may take) -> its record
     budget_s: float  # wall seconds for the whole part, its process's start included
-    smoke_budget_s: float
+    smoke_budget_s: float  # generous: a loaded 2-core CI machine compiles slowly
 
 
 def _anakin_vs_reference(preset: str, smoke: bool, num_envs: int, num_seeds: int) -> dict[str, Any]:
@@ -131,11 +131,11 @@ def sebulba_pong_curve(smoke: bool, seconds: float) -> dict[str, Any]:
 # Budgets sum to 7.5 minutes: what each needs on one H100 with its compilation, and the
 # process starts (~10 s each).
 PARTS: dict[str, Part] = {
-    "anakin-minatar": Part(anakin_minatar, 70.0, 120.0),
-    "anakin-cartpole": Part(anakin_cartpole, 50.0, 120.0),
-    "brax": Part(brax, 70.0, 120.0),
-    "sebulba-pong": Part(sebulba_pong, 130.0, 180.0),
-    "sebulba-pong-curve": Part(sebulba_pong_curve, 130.0, 180.0),
+    "anakin-minatar": Part(anakin_minatar, 70.0, 400.0),
+    "anakin-cartpole": Part(anakin_cartpole, 50.0, 400.0),
+    "brax": Part(brax, 70.0, 400.0),
+    "sebulba-pong": Part(sebulba_pong, 130.0, 400.0),
+    "sebulba-pong-curve": Part(sebulba_pong_curve, 130.0, 400.0),
 }
 # Seconds a part's process takes before and after its measurement (start, compilation).
 OVERHEAD_S = {"sebulba-pong": 70.0, "sebulba-pong-curve": 40.0}
