@@ -49,9 +49,11 @@ def _anakin_vs_reference(preset: str, smoke: bool, num_envs: int, num_seeds: int
 
     config = PRESETS[preset]()
     arch = dataclasses.replace(config.arch, devices=(0,), num_seeds=num_seeds, num_envs=num_envs)
-    if smoke:
+    agent = config.agent
+    if smoke:  # the smallest programs that still run every piece: compilation is the smoke's cost
         arch = dataclasses.replace(arch, updates_per_call=2, rollout_length=min(arch.rollout_length, 16))
-    config = dataclasses.replace(config, arch=arch)
+        agent = dataclasses.replace(agent, num_epochs=1, num_minibatches=1)
+    config = dataclasses.replace(config, arch=arch, agent=agent)
     return {"preset": preset, **bench_anakin(config, repeats=1 if smoke else 5, compare_reference=True)}
 
 
@@ -88,7 +90,7 @@ def _pong(smoke: bool) -> Any:
     config = PRESETS["ppo-pong-sebulba-fast"]()
     if smoke:
         config = dataclasses.replace(config, arch=dataclasses.replace(config.arch, num_envs=4, rollout_length=8),
-                                     agent=dataclasses.replace(config.agent, num_minibatches=2, num_epochs=1))
+                                     agent=dataclasses.replace(config.agent, num_minibatches=1, num_epochs=1))
     return config
 
 
