@@ -115,6 +115,9 @@ def bench(config: Config, seconds: float = 10.0, rounds: int = 3) -> dict[str, A
         "actor_fraction_by_cpu": limit_cpu / actor_cpu,
         "sps": training_sps(config, s, seconds),
         "rounds": {f"{name}_sps": [sps for sps, _ in r] for name, r in runs.items() if r},
+        # Process CPU microseconds per env step of each (median): what other processes on the
+        # same cores distort least, so auto and manual compare on a loaded machine too.
+        "cpu_us_per_step": {name: float(np.median([cpu for _, cpu in r])) for name, r in runs.items() if r},
     }
     result["diagnosis"] = diagnose(result)
     return result
