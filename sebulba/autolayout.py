@@ -46,7 +46,8 @@ MEASURE_S = 0.6  # seconds each rate is timed (over every round), after a warm-u
 ROUNDS = 3  # rounds over the candidates; each rate keeps its best round
 TIE = 0.05  # candidates within this fraction of the best prediction count as equal
 TRIALS = 2  # best predicted layouts tried whole (with the config's own) before choosing
-TRIAL_S = 1.0  # seconds each trial is timed, after every thread has stepped once
+TRIAL_S = 1.0  # seconds each layout is tried in all, after every thread has stepped once
+TRIAL_ROUNDS = 2  # rounds over the layouts tried; each keeps its best round
 GIB = 2**30
 
 
@@ -185,9 +186,10 @@ def choose_layout(measurements: Measurements, num_envs: int, actor_devices: int,
         layout, a candidate too when it splits `num_envs`.
 
     Returns:
-      The choice; among candidates predicted within `TIE` of the best, the one with two or
-      more threads per actor device (inference overlapping env steps) and then the fewest
-      host threads. ConfigError naming `arch.num_envs` if no candidate fits the budgets.
+      The choice; among candidates within `TIE` of the best, the config's own layout if it
+      was tried, else the one with two or more threads per actor device (inference
+      overlapping env steps), then the fewest host threads. ConfigError naming
+      `arch.num_envs` if no candidate fits the budgets.
     """
     cores = measurements.cores
     splits = candidate_splits(num_envs, actor_devices, learner_devices, cores, processes)
@@ -227,7 +229,11 @@ def choose_layout(measurements: Measurements, num_envs: int, actor_devices: int,
     fitting = [c for c in fitting if c.tried] or fitting
     best = max(c.predicted_sps for c in fitting)
     near = [c for c in fitting if c.predicted_sps >= (1 - TIE) * best]
-    chosen = min(near, key=lambda c: (c.threads_per_actor_device < 2, c.threads_per_actor_device * c.env_threads,
+    # Ties: once tried, the config's own layout (a trial's noise is no reason to change it);
+    # then two or more batches per device (inference overlapping env steps); then fewer threads.
+    own = manual if any(c.tried for c in fitting) else None
+    chosen = min(near, key=lambda c: ((c.threads_per_actor_device, c.env_threads) != own,
+                                      c.threads_per_actor_device < 2, c.threads_per_actor_device * c.env_threads,
                                       -c.predicted_sps))
     bound = "environments" if chosen.env_sps <= chosen.inference_sps else "inference"
     return LayoutChoice(
@@ -443,6 +449,10 @@ def resolve(config: Config, agent: Agent, obs_spec: ObservationSpec, actor_devic
     params = jax.jit(lambda k: agent.init(k).params)(jax.random.key(config.seed))
     on_devices = {device: jax.device_put(params, device) for device in actor_devices}
     per_device = arch.num_envs // (processes * devices)
-    tried = {(t, e): trial(config, agent, policy_step, on_devices, t, per_device // t, e)
-             for t, e in shortlist(predicted, manual) if per_device % t == 0}
+    layouts = [(t, e) for t, e in shortlist(predicted, manual) if per_device % t == 0]
+    tried: dict[tuple[int, int], float] = {}
+    for _ in range(TRIAL_ROUNDS):  # in turn, each keeping its best round (as `measure`)
+        for t, e in layouts:
+            rate = trial(config, agent, policy_step, on_devices, t, per_device // t, e, TRIAL_S / TRIAL_ROUNDS)
+            tried[(t, e)] = max(tried.get((t, e), 0.0), rate)
     return choose_layout(dataclasses.replace(measured, trial_rate=tried), **sizes)
