@@ -47,6 +47,7 @@ ROUNDS = 3  # rounds over the candidates; each rate keeps its best round
 TIE = 0.05  # candidates within this fraction of the best prediction count as equal
 TRIALS = 2  # best predicted layouts tried whole (with the config's own) before choosing
 TRIAL_S = 1.0  # seconds each layout is tried in all, after every thread has stepped once
+KEEP_OWN = 0.10  # the config's own layout, tried, stays unless another tried is this much faster
 TRIAL_ROUNDS = 2  # rounds over the layouts tried; each keeps its best round
 GIB = 2**30
 
@@ -186,9 +187,10 @@ def choose_layout(measurements: Measurements, num_envs: int, actor_devices: int,
         layout, a candidate too when it splits `num_envs`.
 
     Returns:
-      The choice; among candidates within `TIE` of the best, the config's own layout if it
-      was tried, else the one with two or more threads per actor device (inference
-      overlapping env steps), then the fewest host threads. ConfigError naming
+      The choice: the config's own layout if it was tried and is within `KEEP_OWN` of the
+      best; else, among candidates within `TIE` of the best, the one with two or more
+      threads per actor device (inference overlapping env steps), then the fewest host
+      threads. ConfigError naming
       `arch.num_envs` if no candidate fits the budgets.
     """
     cores = measurements.cores
@@ -229,11 +231,13 @@ def choose_layout(measurements: Measurements, num_envs: int, actor_devices: int,
     fitting = [c for c in fitting if c.tried] or fitting
     best = max(c.predicted_sps for c in fitting)
     near = [c for c in fitting if c.predicted_sps >= (1 - TIE) * best]
-    # Ties: once tried, the config's own layout (a trial's noise is no reason to change it);
-    # then two or more batches per device (inference overlapping env steps); then fewer threads.
-    own = manual if any(c.tried for c in fitting) else None
-    chosen = min(near, key=lambda c: ((c.threads_per_actor_device, c.env_threads) != own,
-                                      c.threads_per_actor_device < 2, c.threads_per_actor_device * c.env_threads,
+    # The config's own layout, once tried, stays unless another tried beats it by more than
+    # KEEP_OWN (a trial's noise is no reason to change it). Other ties: two or more batches
+    # per device (inference overlapping env steps), then fewer threads.
+    own = [c for c in fitting if c.tried and (c.threads_per_actor_device, c.env_threads) == manual]
+    if own and own[0].predicted_sps >= (1 - KEEP_OWN) * best:
+        near = own
+    chosen = min(near, key=lambda c: (c.threads_per_actor_device < 2, c.threads_per_actor_device * c.env_threads,
                                       -c.predicted_sps))
     bound = "environments" if chosen.env_sps <= chosen.inference_sps else "inference"
     return LayoutChoice(
