@@ -75,16 +75,21 @@ def bench(config: Config, seconds: float = 10.0, rounds: int = 3) -> dict[str, A
     runs: dict[str, list[tuple[float, float]]] = {name: [] for name in
                                                   ("limit", "actor", "env", "inference", "prior", "manual_limit",
                                                    "manual_actor")}
-    for _ in range(rounds):
-        runs["limit"].append(limit_sps(config, s, state.params, window))
-        runs["actor"].append(actor_sps(config, s, state.params, window))
-        runs["env"].append(limit_sps(config, s, state.params, window, part="env"))
-        runs["inference"].append(limit_sps(config, s, state.params, window, part="inference"))
-        if prior is not None:
-            runs["prior"].append(limit_sps(config, s._replace(agent=prior), state.params, window))
-        if manual is not None:
-            runs["manual_limit"].append(limit_sps(config, manual, state.params, window))
-            runs["manual_actor"].append(actor_sps(config, manual, state.params, window))
+    measurements = {
+        "limit": lambda: limit_sps(config, s, state.params, window),
+        "actor": lambda: actor_sps(config, s, state.params, window),
+        "env": lambda: limit_sps(config, s, state.params, window, part="env"),
+        "inference": lambda: limit_sps(config, s, state.params, window, part="inference"),
+    }
+    if prior is not None:
+        measurements["prior"] = lambda: limit_sps(config, s._replace(agent=prior), state.params, window)
+    if manual is not None:
+        measurements["manual_limit"] = lambda: limit_sps(config, manual, state.params, window)
+        measurements["manual_actor"] = lambda: actor_sps(config, manual, state.params, window)
+    names = list(measurements)
+    for i in range(rounds):  # every other round in reverse: no quantity always first or last
+        for name in names if i % 2 == 0 else names[::-1]:
+            runs[name].append(measurements[name]())
     median = {name: float(np.median([sps for sps, _ in r])) for name, r in runs.items() if r}
     limit_cpu, actor_cpu = (float(np.median([cpu for _, cpu in runs[name]])) for name in ("limit", "actor"))
     limit, actor = median["limit"], median["actor"]
