@@ -13,6 +13,18 @@ import jax.numpy as jnp
 from podracer.config import Config, ConfigError
 
 
+def cmd_bench_gpu(out: str | None, smoke: bool) -> None:
+    """`podracer bench gpu --out FILE [--smoke]` (see `experiments.benchmarks.gpu`)."""
+    from experiments.benchmarks.gpu import run_gpu_bench
+    from experiments.cli_parser import fail
+
+    if out is None:
+        fail("bench gpu needs --out FILE (the JSON records)")
+    report = run_gpu_bench(out, smoke=smoke, log=lambda line: print(line, flush=True))
+    failed = [record["part"] for record in report["parts"] if record["status"] in ("failed", "timeout")]
+    print(f"wrote {out}" + (f" ({', '.join(failed)} did not finish: see their records)" if failed else ""))
+
+
 def _timed_calls(call: Any, state: Any, n: int, repeats: int, warmup: int = 1) -> tuple[Any, float]:
     """Run `call(state, n)` `repeats` times; wall seconds per call (after `warmup` calls)."""
     for _ in range(warmup):

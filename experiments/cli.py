@@ -24,6 +24,7 @@ import sys
 import traceback
 import warnings
 
+from experiments.bench import cmd_bench_gpu
 from experiments.cli_commands import (
     check_bench_options,
     cmd_bench,
@@ -102,6 +103,8 @@ def main(argv: list[str] | None = None) -> None:
             cmd_launch_local(args.preset, args.resume, rest, args.num_processes, args.cpu_devices)
         elif args.command == "bench" and args.arch in benches:
             code = benches[args.arch].run(args, rest) or 0
+        elif args.command == "bench" and args.arch == "gpu":
+            cmd_bench_gpu(args.out, args.smoke)
         elif args.command == "bench" and args.arch == "table":
             code = cmd_bench_table(args, rest)
         elif args.command == "bench":

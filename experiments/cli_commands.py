@@ -95,7 +95,8 @@ BENCH_OPTIONS = {
     "compare_reference": ("anakin",),
     "presets": ("table",),
     "seeds": ("table",),
-    "out": ("table",),
+    "out": ("table", "gpu"),
+    "smoke": ("gpu",),
     "milestones": ("table",),
     "episodes": ("table",),
     "policy": ("table",),
@@ -162,4 +163,9 @@ def cmd_bench(arch: str, preset: str | None, overrides: list[str], as_json: bool
         print(json.dumps(result))
     else:
         for key, value in result.items():
-            print(f"{key:>10s}: {value}")
+            if key not in ("layout", "diagnosis", "rounds"):
+                print(f"{key:>10s}: {value}")
+        if "layout" in result:  # sebulba, arch.layout auto: why this layout
+            print(result["layout"]["reason"])
+        if "diagnosis" in result:  # sebulba: one line on what bounds it
+            print(result["diagnosis"])

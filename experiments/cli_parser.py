@@ -119,6 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
         "bench", help="throughput against the physical limit; `bench table`: results over presets x seeds",
         description=" | ".join(["podracer bench anakin|sebulba [--preset NAME] [--json]",
                                 "podracer bench table --presets A B ... --seeds N --out DIR [overrides]",
+                                "podracer bench gpu --out FILE [--smoke]",
                                 *(command.usage for command in benches.values() if command.usage)]),
     )
     bench.add_argument("arch", choices=[*BUILTIN_BENCH_COMMANDS, *benches])
@@ -130,7 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="anakin: also time the hand-written single-file PPO with the same hyperparameters")
     bench.add_argument("--presets", nargs="+", default=None, metavar="PRESET", help="table: presets to train")
     bench.add_argument("--seeds", type=int, default=4, help="table: seeds per preset, one program (default 4)")
-    bench.add_argument("--out", default=None, metavar="DIR", help="table: output directory")
+    bench.add_argument("--out", default=None, metavar="DIR", help="table: output directory; gpu: the JSON file")
+    bench.add_argument("--smoke", action="store_true", help="gpu: every part with tiny sizes and budgets (CPU too)")
     bench.add_argument("--milestones", nargs="+", type=float, default=None, metavar="M",
                        help="table: where to evaluate, fractions of the budget or env steps (default 0.13 0.51 0.99)")
     bench.add_argument("--episodes", type=int, default=128, help="table: evaluation episodes per seed (default 128)")

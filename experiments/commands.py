@@ -71,7 +71,7 @@ _BENCH_COMMANDS: dict[str, BenchCommand] = {}
 _ERRORS: list[CommandError] = []
 
 BUILTIN_COMMANDS = ("list", "train", "evaluate", "plot", "launch-local", "bench")
-BUILTIN_BENCH_COMMANDS = ("anakin", "sebulba", "table")
+BUILTIN_BENCH_COMMANDS = ("anakin", "sebulba", "table", "gpu")
 
 
 def register_command(command: Command, overwrite: bool = False) -> None:

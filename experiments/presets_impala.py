@@ -52,6 +52,21 @@ def impala_pong_sebulba() -> Config:
     )
 
 
+def impala_pong_sebulba_fast() -> Config:
+    """IMPALA on Pong for throughput on a many-core host with one accelerator: Cleanba's
+    settings (128 envs x 20 steps, RMSProp lr 6e-4, gradient norm 40, IMPALA ResNet),
+    actors one version behind, and the actor layout measured and chosen for the host
+    (`--arch.layout auto`)."""
+    # Cleanba `cleanba_impala.py`: lr 6e-4 annealed, `local_num_envs=64` x
+    # `num_actor_threads=2` = 128 envs per actor device, `num_steps=20`, 4 minibatches in one
+    # pass, entropy 0.01, value 0.5, gradient norm 40, the IMPALA ResNet (16, 32, 32) + 256.
+    base = impala_pong_sebulba()
+    return dataclasses.replace(
+        base, agent=dataclasses.replace(base.agent, num_minibatches=4),
+        arch=SebulbaConfig(num_envs=128, rollout_length=20, max_policy_lag=1, updates_per_log=10, layout="auto"),
+    )
+
+
 def impala_replay_pong_sebulba() -> Config:
     """`impala-pong-sebulba` with replay (the RLDM 2019 recipe's replay; CLEAR/LASER style):
     half of each update's sequences are replayed from a 20k-step buffer per learner device
@@ -104,6 +119,7 @@ IMPALA_PRESETS: dict[str, Callable[[], Config]] = {
     "impala-cartpole-anakin": impala_cartpole_anakin,
     "impala-cartpole-sebulba": impala_cartpole_sebulba,
     "impala-pong-sebulba": impala_pong_sebulba,
+    "impala-pong-sebulba-fast": impala_pong_sebulba_fast,
     "impala-replay-pong-sebulba": impala_replay_pong_sebulba,
     "impala-replay-latent-pong-sebulba": impala_replay_latent_pong_sebulba,
     **{f"impala-{game}-minatar-anakin": named(

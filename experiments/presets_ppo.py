@@ -81,6 +81,20 @@ def ppo_breakout_sebulba() -> Config:
     return _atari_ppo("Breakout-v5")
 
 
+def ppo_pong_sebulba_fast() -> Config:
+    """PPO on Pong for throughput on a many-core host with one accelerator: Cleanba's batch
+    (128 envs x 128 steps, 4 minibatches x 4 epochs) with CleanRL's learning rate, clipping
+    and Nature CNN, actors one version behind, and the actor layout measured and chosen for
+    the host (`--arch.layout auto`)."""
+    # CleanRL `ppo_atari_envpool.py`: lr 2.5e-4 annealed, 4 minibatches, 4 epochs, clip 0.1,
+    # entropy 0.01, value 0.5, gradient norm 0.5 (as `_atari_ppo`). Cleanba `cleanba_ppo.py`
+    # (and its `..._naturecnn.py` variant): the same optimisation over `local_num_envs=64` x
+    # `num_actor_threads=2` = 128 envs per actor device x `num_steps=128`; minibatches of 4096.
+    base = _atari_ppo("Pong-v5")
+    return dataclasses.replace(base, arch=SebulbaConfig(num_envs=128, rollout_length=128, max_policy_lag=1,
+                                                        updates_per_log=1, layout="auto"))
+
+
 # V-trace advantages (for actors that lag behind the learner).
 
 
@@ -274,6 +288,7 @@ PPO_PRESETS: dict[str, Callable[[], Config]] = {
        for game, env_id in MINATAR_GAMES.items() if game in ("breakout", "space-invaders")},
     "ppo-cartpole-sebulba": ppo_cartpole_sebulba,
     "ppo-pong-sebulba": ppo_pong_sebulba,
+    "ppo-pong-sebulba-fast": ppo_pong_sebulba_fast,
     "ppo-breakout-sebulba": ppo_breakout_sebulba,
     "ppo-vtrace-pong-sebulba": ppo_vtrace_pong_sebulba,
     "ppo-vtrace-replay-pong-sebulba": ppo_vtrace_replay_pong_sebulba,

@@ -264,7 +264,7 @@ def latest_progress(run_dir: str, config: Config | None = None) -> Progress:
 # a run computes. And the budget, to train a run longer (a schedule over it then follows).
 SESSION_FIELDS = ("run_dir", "distributed", "log", "checkpoint", "total_env_steps", "arch.devices",
                   "arch.actor_devices", "arch.learner_devices", "arch.updates_per_call", "arch.updates_per_log",
-                  "arch.env_threads")
+                  "arch.env_threads", "arch.layout")
 
 
 def check_same_run(config: Config, saved: dict[str, Any] | None, updates: int) -> None:
@@ -392,6 +392,28 @@ def connect_all_devices(timeout_s: float) -> None:
         distributed.connect(make_mesh(jax.devices()), timeout_s)
 
 
+def record_layout(run_dir: str, prepared: Any, console: bool) -> None:
+    """A Sebulba run with `arch.layout="auto"`: write the layout chosen for this host, with
+    the rates it was chosen from, to `run_dir/layout.json` (each session measures again and
+    rewrites it) and print why it was chosen; nothing for any other run.
+
+    Args:
+      run_dir: the run directory.
+      prepared: the runner's `setup(config)`.
+      console: print the reason on the console.
+    """
+    layout = getattr(prepared, "layout", None)  # Anakin's setup has none
+    choice = getattr(layout, "auto", None)
+    if choice is None:
+        return
+    record = {"num_actor_threads": layout.num_actor_threads, "envs_per_thread": layout.envs_per_thread,
+              "env_threads": layout.env_threads, **choice.to_dict()}
+    with open(os.path.join(run_dir, "layout.json"), "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=2)
+    if console:
+        print(choice.reason, flush=True)
+
+
 def _placeholder() -> Config:
     """A config to publish while this process could not read the saved one (its error is
     published with it)."""
@@ -412,6 +434,7 @@ def _run(
 ) -> Any:
     run_dir = config.run_dir
     if distributed.is_leader():
+        record_layout(run_dir, prepared, config.log.console if console is None else console)
         sink = make_sinks(config, run_dir, config.log.console if console is None else console, progress)
     else:
         sink = MultiSink([])

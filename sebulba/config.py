@@ -6,6 +6,8 @@ import dataclasses
 
 from podracer.config import check
 
+LAYOUTS = ("manual", "auto")
+
 
 @dataclasses.dataclass(frozen=True)
 class SebulbaConfig:
@@ -18,6 +20,11 @@ class SebulbaConfig:
     Each update consumes one trajectory `[rollout_length, num_envs / threads, ...]` from
     every actor thread, so its batch is `num_envs * rollout_length` transitions, split
     evenly over the learner devices.
+
+    `layout="auto"` measures this host (EnvPool's own batch rate, the policy's inference
+    rate) and chooses `threads_per_actor_device` and `env_threads` for it (see
+    `sebulba.autolayout`); `num_envs`, the update's batch, stays the user's, so what is
+    learned does not depend on the layout. `"manual"` uses the two fields as written.
     """
 
     num_envs: int = 8  # environments in total, over every actor thread
@@ -29,6 +36,7 @@ class SebulbaConfig:
     queue_size: int = 1  # trajectories each actor thread may have waiting for the learner
     env_threads: int = 0  # EnvPool worker threads per actor thread; 0: EnvPool's default
     updates_per_log: int = 10  # learner updates per metrics row
+    layout: str = "manual"  # "manual": the thread fields as written; "auto": measured and chosen for this host
 
     def __post_init__(self) -> None:
         check(self.num_envs >= 1, "arch.num_envs", "must be >= 1", self.num_envs)
@@ -42,4 +50,5 @@ class SebulbaConfig:
         check(self.max_policy_lag >= 0, "arch.max_policy_lag", "must be >= 0", self.max_policy_lag)
         check(self.queue_size >= 1, "arch.queue_size", "must be >= 1", self.queue_size)
         check(self.env_threads >= 0, "arch.env_threads", "must be >= 0", self.env_threads)
+        check(self.layout in LAYOUTS, "arch.layout", f"must be one of {', '.join(LAYOUTS)}", self.layout)
         check(self.updates_per_log >= 1, "arch.updates_per_log", "must be >= 1", self.updates_per_log)

@@ -26,8 +26,10 @@ class Layout:
     learner_devices: tuple[jax.Device, ...]  # the learner mesh: those of every process, in process order
     num_actor_threads: int  # this process's: actor devices x threads per device
     envs_per_thread: int
+    env_threads: int  # EnvPool worker threads per actor thread (0: EnvPool's default)
     steps_per_update: int  # env steps per update, all processes: num_envs * rollout_length
     num_updates: int  # for the whole run
+    auto: Any = None  # `arch.layout="auto"`: the `sebulba.autolayout.LayoutChoice` these sizes come from
 
     def actor_device_of(self, thread: int) -> jax.Device:
         return self.actor_devices[thread % len(self.actor_devices)]
@@ -61,11 +63,19 @@ def process_devices() -> list[list[Any]]:
     return per_process
 
 
-def make_layout(config: Config, devices: Sequence[Any] | None = None) -> Layout:
+def make_layout(config: Config, devices: Sequence[Any] | None = None, auto: Any = None) -> Layout:
     """Resolve devices and sizes; ConfigError (naming the field) if they cannot work.
 
-    `devices` (one process's devices) overrides the discovered ones, for tests."""
+    `devices` (one process's devices) overrides the discovered ones, for tests. `auto` (a
+    `sebulba.autolayout.LayoutChoice`) replaces the config's threads per actor device and
+    EnvPool threads; with `arch.layout="auto"` and no choice yet, one thread per actor
+    device (the checks that hold for every split)."""
     arch: SebulbaConfig = config.arch
+    if auto is not None:
+        arch = dataclasses.replace(arch, threads_per_actor_device=auto.threads_per_actor_device,
+                                   env_threads=auto.env_threads)
+    elif arch.layout == "auto":
+        arch = dataclasses.replace(arch, threads_per_actor_device=1)
     per_process = [list(devices)] if devices is not None else process_devices()
     here = 0 if devices is not None else jax.process_index()
     processes = len(per_process)
@@ -84,6 +94,8 @@ def make_layout(config: Config, devices: Sequence[Any] | None = None) -> Layout:
         learner_devices=tuple(devices[i] for devices in per_process for i in learner),
         num_actor_threads=threads,
         envs_per_thread=per_thread,
+        env_threads=arch.env_threads,
         steps_per_update=steps_per_update,
         num_updates=num_updates,
+        auto=auto,
     )

@@ -26,7 +26,9 @@ from podracer.runner import Hooks, TrainResult
 from podracer.runner.device_state import broadcast_device_axis
 from podracer.runner.hooks import MetricsCallback
 from podracer.types import ActionSpec, Agent, AgentState, BatchShape, ObservationSpec
+from sebulba import autolayout
 from sebulba.actor import Actor, make_policy_step
+from sebulba.autolayout import LayoutChoice
 from sebulba.config import SebulbaConfig
 from sebulba.layout import Layout, make_layout
 from sebulba.learner import AXIS, Learner, LearnerState, make_update_step, state_specs, trajectory_sharding
@@ -47,10 +49,11 @@ class Setup(NamedTuple):
     mesh: Mesh  # the learner devices, axis `AXIS`
 
 
-def setup(config: Config) -> Setup:
+def setup(config: Config, chosen: LayoutChoice | None = None) -> Setup:
     """Everything but compilation and threads: raises ConfigError on bad input first
     (layout, sizes, an agent paired with an action space it does not support, a batch it
-    cannot split)."""
+    cannot split). With `arch.layout="auto"` it measures this host and chooses the actor
+    layout, unless given the layout `chosen` already for the same host and sizes."""
     if not isinstance(config.arch, SebulbaConfig):
         raise ConfigError(f"arch must be a SebulbaConfig for the Sebulba runner, got {type(config.arch).__name__}")
     # A population shares one compiled program only under Anakin: Sebulba's actors step one
@@ -72,7 +75,19 @@ def setup(config: Config) -> Setup:
     batch = BatchShape(config.arch.rollout_length, config.arch.num_envs // len(layout.learner_devices))
     agent = make_checked_agent(config.agent, obs_spec, action_spec, batch, env_id=config.env.id,
                                num_updates=layout.num_updates, axis_name=AXIS)
+    if config.arch.layout == "auto":
+        layout = make_layout(config, auto=chosen or choose_for_host(config, layout, agent, obs_spec))
     return Setup(layout, obs_spec, action_spec, agent, parallel.make_mesh(layout.learner_devices, AXIS))
+
+
+def choose_for_host(config: Config, layout: Layout, agent: Agent, obs_spec: ObservationSpec) -> LayoutChoice:
+    """`arch.layout="auto"`: measure this host and choose its actor layout (one process:
+    processes measured apart could split the batch differently)."""
+    if jax.process_count() > 1:
+        raise ConfigError(f"arch.layout: auto measures one host; with {jax.process_count()} processes set "
+                          "arch.threads_per_actor_device and arch.env_threads by hand (layout manual), got 'auto'")
+    return autolayout.resolve(config, agent, obs_spec, list(layout.actor_devices), len(layout.learner_devices),
+                              make_policy_step(agent))
 
 
 def initial_state(config: Config, s: Setup) -> AgentState:
@@ -152,7 +167,7 @@ def make_actors(config: Config, s: Setup, sources: dict[Any, ParamSource], num_r
     return [
         Actor(
             index=k, env_config=config.env, num_envs=s.layout.envs_per_thread,
-            seed=actor_seed(config.seed, first_thread + k, first_update), env_threads=arch.env_threads,
+            seed=actor_seed(config.seed, first_thread + k, first_update), env_threads=s.layout.env_threads,
             rollout_length=arch.rollout_length, max_policy_lag=max_policy_lag,
             policy_step=policy_step, params=sources[s.layout.actor_device_of(k)], agent=s.agent,
             out=queue.Queue(arch.queue_size), sharding=sharding, num_rollouts=num_rollouts,

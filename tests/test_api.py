@@ -249,7 +249,7 @@ def test_field_docs_read_trailing_and_leading_comments():
 def test_every_preset_passes_setup(name):
     """Every preset's sizes, batch splits (replayed sequences included) and agent/action-space
     pairing are valid: its runner's setup passes (Anakin on the 4 test devices, Sebulba on
-    one actor and one learner device), so a preset never fails at the start of a run. A
+    one actor and one learner device, with the layout the config's thread fields give), so a preset never fails at the start of a run. A
     preset on an optional extra that is not installed fails with a one-line error naming it."""
     import anakin
     import sebulba
@@ -259,8 +259,9 @@ def test_every_preset_passes_setup(name):
         runner = anakin.runner
     else:
         runner = sebulba.runner
+        # layout auto measures the host (tests/test_sebulba_layout.py); its checks are manual's
         config = dataclasses.replace(config, arch=dataclasses.replace(config.arch, actor_devices=(0,),
-                                                                      learner_devices=(1,)))
+                                                                      learner_devices=(1,), layout="manual"))
     if config.env.id.startswith("brax/") and importlib.util.find_spec("brax") is None:
         with pytest.raises(ConfigError, match="brax"):
             runner.setup(config)

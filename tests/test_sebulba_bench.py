@@ -2,6 +2,7 @@
 
 import threading
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -47,7 +48,8 @@ def test_training_sps_is_timed_past_learning_starts(monkeypatch):
             hooks.on_metrics(row)
         return rows, None
 
-    monkeypatch.setattr(benchmark, "setup", lambda config: None)
+    monkeypatch.setattr(benchmark, "setup", lambda config, chosen=None: None)
     monkeypatch.setattr(benchmark, "initial_learner_state", lambda config, s: None)
     monkeypatch.setattr(benchmark, "run", fake_run)
-    assert benchmark.training_sps(config, None, seconds=1.0) == pytest.approx(1000.0)
+    manual = SimpleNamespace(layout=SimpleNamespace(auto=None))  # the Setup of a manual layout
+    assert benchmark.training_sps(config, manual, seconds=1.0) == pytest.approx(1000.0)
