@@ -59,7 +59,9 @@ class DQNConfig:
     # network body: "mlp" for vectors, "nature_cnn" or "impala_cnn" for pixels, or
     # "prefix_conv": PrefixRL's fully convolutional Q-maps (`podracer.networks_prefix`) for
     # the prefix-adder grid `[N, N, C]` with 2 N^2 actions; hidden_sizes/activation unused.
-    torso: Literal["mlp", "nature_cnn", "impala_cnn", "prefix_conv"] = "mlp"
+    # Dict/NamedTuple observations: "mlp" flattens and concatenates their fields,
+    # "multi_encoder" gives each image-like field a convolution first.
+    torso: Literal["mlp", "nature_cnn", "impala_cnn", "prefix_conv", "multi_encoder"] = "mlp"
     prefix_blocks: int = 4  # residual blocks of the prefix_conv network
     prefix_channels: int = 32  # convolution channels of the prefix_conv network
     hidden_sizes: tuple[int, ...] = (120, 84)  # MLP layer widths (torso mlp)
