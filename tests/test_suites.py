@@ -54,7 +54,7 @@ def test_a_suite_id_builds_and_passes_the_setup_check(name):
 
 
 @pytest.mark.parametrize("name,field,value", [("navix", "max_steps", 7), ("xminigrid", "max_steps", 7),
-                                              ("craftax", "max_timesteps", 7)])
+                                              pytest.param("craftax", "max_timesteps", 7, marks=pytest.mark.slow)])
 def test_env_params_reach_a_suites_parameters(name, field, value):
     env_id = _suite(name)
     env = make_configured_jax_env(EnvConfig(env_id, params=(f"{field}={value}",)))

@@ -7,14 +7,17 @@ Symbolic-v1`, ...), built without Craftax's auto-reset and wrapped by
 any other (the player died) as a termination. The parameters are Craftax's `EnvParams`
 (`--env.params max_timesteps=1000`). A reset generates a world, which costs far more than a
 step: on CPU, `podracer.envs.base.step_batch` computes a batch's resets only when one of
-its episodes ended. Checked with craftax 1.6.1 and jax 0.10.2.
+its episodes ended. Videos draw Craftax-Classic (`CraftaxClassicEnv.render`); full Craftax
+has no renderer here. Checked with craftax 1.6.1 and jax 0.10.2.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from podracer.envs.wrappers import GymnaxAPIEnv
+import jax.numpy as jnp
+
+from podracer.envs.wrappers import GymnaxAPIEnv, WrappedState
 from podracer.types import Array
 
 PREFIX = "craftax/"
@@ -51,6 +54,23 @@ class CraftaxEnv(GymnaxAPIEnv):
         return params.max_timesteps
 
 
+class CraftaxClassicEnv(CraftaxEnv):
+    """A Craftax-Classic environment, drawn for videos with Craftax's pixel renderer."""
+
+    render_fps = 8
+
+    def __init__(self, name: str) -> None:
+        from craftax.craftax_classic.constants import BLOCK_PIXEL_SIZE_AGENT
+        from craftax.craftax_classic.renderer import make_craftax_pixel_renderer
+
+        super().__init__(name)
+        self._render_pixels = make_craftax_pixel_renderer(BLOCK_PIXEL_SIZE_AGENT)
+
+    def render(self, state: WrappedState) -> Array:
+        """The player's view as Craftax-Classic-Pixels shows it, `uint8 [63, 63, 3]`."""
+        return jnp.clip(self._render_pixels(state.env_state), 0, 255).astype(jnp.uint8)
+
+
 def make_suite_env(env_id: str) -> CraftaxEnv:
     """The adapter for `craftax/<name>`; ImportError naming the extra when Craftax is
     missing, KeyError for a name it does not know."""
@@ -61,4 +81,4 @@ def make_suite_env(env_id: str) -> CraftaxEnv:
     name = env_id[len(PREFIX):]
     if name not in CRAFTAX_NAMES:
         raise KeyError(name)
-    return CraftaxEnv(name)
+    return (CraftaxClassicEnv if name.startswith("Craftax-Classic") else CraftaxEnv)(name)

@@ -7,7 +7,8 @@ An id is `xminigrid/` and one of XLand-MiniGrid's registered ids
 timestep, action)` return dm_env-style timesteps, read as `TimeStepEnv` reads them (a last
 step with discount 0 terminates; its time limit, `params.max_steps`, truncates). The
 parameters are XLand-MiniGrid's `EnvParams` (`--env.params max_steps=50`). Observations are
-its `uint8 [V, V, 2]` egocentric view (tile, colour). XLand's meta-RL rulesets (benchmarks
+its `uint8 [V, V, 2]` egocentric view (tile, colour); videos draw the whole grid
+(`XMiniGridEnv.render`). XLand's meta-RL rulesets (benchmarks
 downloaded at run time) are not loaded: each id runs with the ruleset its parameters hold.
 Checked with xminigrid 0.9.3 and jax 0.10.2.
 """
@@ -18,12 +19,18 @@ from typing import Any
 
 import jax.numpy as jnp
 
+from podracer.envs.render import grid_frame
 from podracer.envs.wrappers import WrappedJaxEnv, WrappedState
 from podracer.types import Array, DiscreteSpec, PRNGKey
 
 PREFIX = "xminigrid/"
 EXTRA = "xminigrid"
 _LAST = 2  # dm_env's StepType.LAST
+# a colour per XLand-MiniGrid tile id (EMPTY, FLOOR, WALL, BALL, SQUARE, PYRAMID, GOAL, KEY,
+# DOOR_LOCKED, DOOR_CLOSED, DOOR_OPEN, HEX, STAR), then the agent's
+_PALETTE = ((0, 0, 0), (235, 235, 235), (110, 110, 110), (60, 90, 200), (200, 120, 40), (160, 60, 200),
+            (40, 170, 60), (220, 200, 40), (140, 80, 30), (170, 110, 60), (230, 200, 160), (60, 200, 200),
+            (240, 140, 200), (220, 40, 40))
 
 
 def suite_ids() -> tuple[str, ...]:
@@ -59,6 +66,14 @@ class XMiniGridEnv(WrappedJaxEnv):
 
     def action_spec(self, params: Any) -> DiscreteSpec:
         return DiscreteSpec(int(self.env.num_actions(self._params)))
+
+    def render(self, state: WrappedState) -> Array:
+        """The whole grid, a tile's colour by its kind and the agent in red,
+        `uint8 [H * 24, W * 24, 3]` (`podracer.envs.render.grid_frame`)."""
+        inner = state.env_state.state
+        row, column = inner.agent.position[0], inner.agent.position[1]
+        cells = inner.grid[..., 0].astype(jnp.int32).at[row, column].set(len(_PALETTE) - 1)
+        return grid_frame(cells, jnp.asarray(_PALETTE, jnp.uint8))
 
 
 def make_suite_env(env_id: str) -> XMiniGridEnv:
