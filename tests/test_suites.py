@@ -103,3 +103,23 @@ def test_an_id_a_suite_does_not_know_is_an_unknown_env_error_with_close_matches(
     env_id = _suite(name)
     with pytest.raises(UnknownEnvError, match="did you mean"):
         make_jax_env(env_id[:-1] + "9")
+
+
+@pytest.mark.parametrize("name", _params(["navix", "xminigrid", "craftax"]))
+def test_suites_that_can_render_draw_frames_under_vmap(name):
+    """What `podracer evaluate --video` does with an episode's inner states."""
+    from podracer.envs.render import can_render
+
+    env = make_configured_jax_env(EnvConfig(_suite(name)))
+    assert can_render(env)
+    params = env.default_params
+    inner, _ = jax.vmap(env.reset_env, in_axes=(0, None))(jax.random.split(jax.random.key(0), 2), params)
+    frames = jax.jit(jax.vmap(env.render))(inner)
+    assert frames.dtype == np.uint8 and frames.ndim == 4 and frames.shape[0] == 2 and frames.shape[-1] == 3
+    assert int(frames.max()) > int(frames.min())
+
+
+def test_jumanji_cannot_render():
+    from podracer.envs.render import can_render
+
+    assert not can_render(make_configured_jax_env(EnvConfig(_suite("jumanji"))))
