@@ -7,7 +7,10 @@ environments), chosen by an agent's `torso` field (`structured_torso`):
   (H, W >= 3), the field as it is, flattened, for a vector, a scalar or a small grid.
 
 Fields are taken in the order `jax.tree` flattens them (a dict's sorted keys, a NamedTuple's
-fields); each is cast to float32. An observation spec that is a single `ObsSpec` is one field.
+fields); each is cast to float32, and an integer field that is not an image (a counter such
+as Jumanji's `step_count`, up to thousands) is squashed by `symlog` (sign(x) log(1 + |x|)) so
+that it cannot saturate the first layer. An observation spec that is a single `ObsSpec` is
+one field.
 """
 
 from __future__ import annotations
@@ -36,16 +39,26 @@ def field_ndims(spec: ObservationSpec) -> tuple[int, ...]:
     return tuple(len(leaf.shape) for leaf in jax.tree.leaves(spec, is_leaf=is_obs_spec))
 
 
+def symlog(x: jax.Array) -> jax.Array:
+    """`sign(x) log(1 + |x|)`, elementwise (DreamerV3's squashing of unbounded inputs)."""
+    return jnp.sign(x) * jnp.log1p(jnp.abs(x))
+
+
+def _flat_field(leaf: jax.Array, ndim: int) -> jax.Array:
+    """One field `[*batch, *shape]` as float32 `[*batch, prod(shape)]`; an integer field
+    that is not an image `[H, W, C]` squashed by `symlog`."""
+    batch = leaf.shape[: leaf.ndim - ndim]
+    x = leaf.astype(jnp.float32).reshape(batch + (-1,))
+    counts = jnp.issubdtype(leaf.dtype, jnp.integer) and ndim != 3
+    return symlog(x) if counts else x
+
+
 def _flat_fields(obs: Any, ndims: Sequence[int]) -> list[jax.Array]:
-    """Each field `[*batch, *shape]` as float32 `[*batch, prod(shape)]`."""
+    """Each field `[*batch, *shape]` as float32 `[*batch, prod(shape)]` (`_flat_field`)."""
     leaves = jax.tree.leaves(obs)
     if len(leaves) != len(ndims):
         raise ValueError(f"observation with {len(leaves)} fields, the network was built for {len(ndims)}")
-    out = []
-    for leaf, ndim in zip(leaves, ndims):
-        batch = leaf.shape[: leaf.ndim - ndim]
-        out.append(leaf.astype(jnp.float32).reshape(batch + (-1,)))
-    return out
+    return [_flat_field(leaf, ndim) for leaf, ndim in zip(leaves, ndims)]
 
 
 class ConcatTorso(nn.Module):
@@ -65,7 +78,7 @@ class ConcatTorso(nn.Module):
 class MultiEncoderTorso(nn.Module):
     """One encoder per field, concatenated, then an MLP: a MinAtar convolution (`channels`
     filters, no Dense layer) for an image-like field `[H, W, C]` with H, W >= 3, the flattened
-    field otherwise. `obs (fields [B, ...]) -> [B, hidden_sizes[-1]]`."""
+    field otherwise (an integer one squashed by `symlog`). `obs (fields [B, ...]) -> [B, hidden_sizes[-1]]`."""
 
     shapes: tuple[tuple[int, ...], ...]
     hidden_sizes: Sequence[int] = (64, 64)
@@ -81,8 +94,7 @@ class MultiEncoderTorso(nn.Module):
                 conv = networks.MinAtarCNN(self.channels, (), self.activation, self.layer_norm)
                 features.append(conv(leaf))
             else:
-                batch = leaf.shape[: leaf.ndim - len(shape)]
-                features.append(leaf.astype(jnp.float32).reshape(batch + (-1,)))
+                features.append(_flat_field(leaf, len(shape)))
         x = jnp.concatenate(features, axis=-1)
         return networks.MLP(tuple(self.hidden_sizes), self.activation, layer_norm=self.layer_norm)(x)
 
