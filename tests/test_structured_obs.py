@@ -91,3 +91,16 @@ def test_what_cannot_take_structured_observations_is_one_config_error(preset, ag
     with pytest.raises(ConfigError) as info:
         podracer.train(_config(preset, "StructuredWalkNoMask-v0", tmp_path, **agent), console=False)
     assert fragment in str(info.value) and "\n" not in str(info.value)
+
+
+def test_an_integer_counter_field_is_squashed_so_it_cannot_saturate_the_network():
+    """Jumanji Snake's `step_count` (int32, up to 4000) enters as symlog(4000) = 8.3, not
+    4000; a float field is taken as it is."""
+    from podracer.networks_structured import symlog
+
+    counter = {"count": ObsSpec((), np.dtype(np.int32))}
+    net = make_torso("mlp", (4,), "relu", counter)
+    params = net.init(jax.random.key(0), zeros_like_spec(counter, (1,)))
+    kernel = params["params"]["MLP_0"]["Dense_0"]["kernel"]  # [1, 4]
+    features = net.apply(params, {"count": np.array([4000], np.int32)})
+    np.testing.assert_allclose(features, np.maximum(symlog(np.float32(4000)) * np.asarray(kernel), 0.0), rtol=1e-5)
