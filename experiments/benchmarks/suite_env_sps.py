@@ -25,8 +25,10 @@ def _actions(key: jax.Array, num_envs: int, num_actions: int) -> jax.Array:
     return jax.random.randint(key, (num_envs,), 0, num_actions)
 
 
-def podracer_loop(env_id: str, num_envs: int, steps: int) -> Callable[[jax.Array], Any]:
-    """`key -> final states`: the adapter's `step_batch` over `steps` steps of `num_envs` envs."""
+def podracer_loop(env_id: str, num_envs: int, steps: int, vmap_step: bool = False) -> Callable[[jax.Array], Any]:
+    """`key -> final states`: the adapter's `step_batch` over `steps` steps of `num_envs` envs
+    (with `vmap_step`, `jax.vmap(env.step)`, which computes every environment's reset at every
+    step: what `step_batch` saves)."""
     env = make_configured_jax_env(EnvConfig(env_id))
     params = env.default_params
     num_actions = env.action_spec(params).num_actions
@@ -37,7 +39,11 @@ def podracer_loop(env_id: str, num_envs: int, steps: int) -> Callable[[jax.Array
         def body(state, key):
             action_key, step_key = jax.random.split(key)
             keys = jax.random.split(step_key, num_envs)
-            state, timestep = step_batch(env, keys, state, _actions(action_key, num_envs, num_actions), params)
+            actions = _actions(action_key, num_envs, num_actions)
+            if vmap_step:
+                state, timestep = jax.vmap(env.step, in_axes=(0, 0, 0, None))(keys, state, actions, params)
+            else:
+                state, timestep = step_batch(env, keys, state, actions, params)
             return state, timestep.reward.sum()
 
         return jax.lax.scan(body, state, jax.random.split(key, steps))
@@ -121,6 +127,8 @@ def main() -> None:
     parser.add_argument("--num-envs", type=int, default=64)
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--vmap-step", action="store_true", help="also time podracer's adapter under a plain "
+                        "vmap(env.step), resets computed at every step")
     args = parser.parse_args()
     ours = steps_per_second(podracer_loop(args.env_id, args.num_envs, args.steps), args.num_envs, args.steps,
                             args.repeats)
@@ -128,6 +136,11 @@ def main() -> None:
                               args.repeats)
     print(f"{args.env_id}: podracer {ours:,.0f} env steps/s, {args.env_id.split('/')[0]}'s own vmapped loop "
           f"{native:,.0f} env steps/s, ratio {ours / native:.2f} ({jax.default_backend()}, {args.num_envs} envs)")
+    if args.vmap_step:
+        plain = steps_per_second(podracer_loop(args.env_id, args.num_envs, args.steps, vmap_step=True),
+                                 args.num_envs, args.steps, args.repeats)
+        print(f"{args.env_id}: podracer under vmap(env.step) {plain:,.0f} env steps/s; step_batch is "
+              f"{ours / plain:.2f}x that")
 
 
 if __name__ == "__main__":
