@@ -11,6 +11,7 @@ from experiments.presets_impala import IMPALA_PRESETS
 from experiments.presets_muzero import MUZERO_PRESETS
 from experiments.presets_ppo import PPO_PRESETS
 from experiments.presets_pqn import PQN_PRESETS
+from experiments.presets_suites import SUITE_PRESETS
 from podracer.config import Config, ConfigError
 from podracer.plugins import load_plugins
 
@@ -25,6 +26,7 @@ PRESETS: dict[str, Callable[[], Config]] = {
     **DQN_PRESETS,
     **PQN_PRESETS,
     **MUZERO_PRESETS,
+    **SUITE_PRESETS,  # the optional environment suites (navix, XLand-MiniGrid, Jumanji, Craftax)
 }
 
 

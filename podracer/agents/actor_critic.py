@@ -36,7 +36,7 @@ import jax.numpy as jnp
 from podracer import networks
 from podracer.agents import common
 from podracer.agents.policies import Policy
-from podracer.config import check
+from podracer.config import ConfigError, check
 from podracer.networks_latent import Decoder, Encoder, LatentActorCritic, reconstruction_target
 from podracer.networks_recurrent import CORES, CoreState, ResetCore, unroll
 from podracer.ops import masked_logits, reconstruction_loss
@@ -50,6 +50,7 @@ from podracer.types import (
     Params,
     PRNGKey,
     Trajectory,
+    is_obs_spec,
     network_obs_spec,
     split_mask,
     zeros_like_spec,
@@ -148,6 +149,9 @@ def make_latent_actor_critic(torso: str, hidden_sizes: tuple[int, ...], activati
                              action_spec: ActionSpec, latent_size: int, log_std_init: float = 0.0) -> LatentActorCritic:
     """`torso -> Dense(latent_size)` shared by linear policy and value heads, and a decoder
     (one hidden layer of `hidden_sizes[-1]` units) back to the observation's shape."""
+    if not is_obs_spec(network_obs_spec(obs_spec)):
+        raise ConfigError("agent.latent_size: the latent's decoder reconstructs array observations, and these are "
+                          "structured (dict/NamedTuple); set it to 0")
     encoder = Encoder(common.make_torso(torso, hidden_sizes, activation, obs_spec), latent_size, activation)
     identity = networks.MLP((), activation)  # no layer: the heads are linear in the latent
     if isinstance(action_spec, BoxSpec):

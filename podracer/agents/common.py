@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import optax
 from jax.flatten_util import ravel_pytree
 
-from podracer import networks
+from podracer import networks, networks_structured
 from podracer.agents.policies import Categorical, Policy
 from podracer.config import ConfigError
 from podracer.ops import VTraceOutput, masked_logits, vtrace_td_error_and_advantage
@@ -58,8 +58,11 @@ def make_torso(
     torso: str, hidden_sizes: tuple[int, ...], activation: str, obs_spec: ObservationSpec, layer_norm: bool = False
 ) -> nn.Module:
     """A fresh torso module of the kind a config names (`TORSOS`); `layer_norm` applies to
-    the MLP and MinAtar torsos."""
+    the MLP and MinAtar torsos. Dict/NamedTuple observations, and "multi_encoder", get a
+    structured torso (`podracer.networks_structured.structured_torso`)."""
     obs_spec = network_obs_spec(obs_spec)
+    if torso == "multi_encoder" or networks_structured.is_structured(obs_spec):
+        return networks_structured.structured_torso(torso, hidden_sizes, activation, obs_spec, layer_norm)
     check_cnn_observations(torso, tuple(obs_spec.shape))
     if torso == "mlp":
         return networks.MLP(tuple(hidden_sizes), activation, obs_ndim=len(obs_spec.shape), layer_norm=layer_norm)
@@ -321,19 +324,20 @@ def successor_values(apply_value: Callable[[Array], Array], traj: Trajectory, va
     """The values of `traj.next_obs`, `[T, B, ...]`, without a forward pass over all of them.
 
     `value [T, B, ...]` holds the behaviour's values of `traj.obs` (what `act` computed);
-    `apply_value(obs [N, ...]) -> [N, ...]` evaluates the network. Where an episode went on,
+    `apply_value(obs [N, ...]) -> [N, ...]` evaluates the network (observations may be
+    pytrees, each leaf `[T, B, ...]`). Where an episode went on,
     `next_obs[t]` is `obs[t + 1]`, whose value is `value[t + 1]`; only the last step (always,
     `[B]` observations) and truncated steps (their final observations, in a second pass over
     all of `next_obs` that runs only when some step before the last was truncated) need the
     network. Terminated steps keep a value that a learner must not bootstrap from.
     """
-    last = apply_value(traj.next_obs[-1])
+    last = apply_value(jax.tree.map(lambda x: x[-1], traj.next_obs))
     shifted = jnp.concatenate([value[1:], last[None]])
     T, B = traj.reward.shape
 
     def with_truncations(carry):
         _, values = carry
-        exact = apply_value(traj.next_obs.reshape((T * B,) + traj.next_obs.shape[2:]))
+        exact = apply_value(flatten_time_batch(traj.next_obs))
         exact = exact.reshape((T, B) + exact.shape[1:])
         mask = traj.truncated.reshape((T, B) + (1,) * (exact.ndim - 2))
         return jnp.zeros_like(carry[0]), jnp.where(mask, exact, values)

@@ -196,7 +196,7 @@ def make_learn_on_batch(
     def loss_fn(online: Params, target: Params, items: Transition, weights: Array):
         M = items.reward.shape[0]
         (obs, _), (next_obs, legal_t) = split_mask(items.obs), split_mask(items.next_obs)
-        q = network.apply(online, jnp.concatenate([obs, next_obs], axis=0))
+        q = network.apply(online, jax.tree.map(lambda x, y: jnp.concatenate([x, y], axis=0), obs, next_obs))
         q_tm1, q_t_online = q[:M], jax.lax.stop_gradient(q[M:])
         q_t_target = network.apply(target, next_obs)
         # The bootstrap state's legal actions bound the max (and Double DQN's argmax).
@@ -386,7 +386,7 @@ def _exact_config(config: DQNConfig, batch: BatchShape) -> DQNConfig:
 
 ALGORITHM = Algorithm(
     name="dqn", config=DQNConfig, make=make_dqn, check_batch=DQNConfig.check_batch,
-    action_spaces=(DiscreteSpec,), masks=True, probe_config=_probe_config, probe_steps=20_000,
+    action_spaces=(DiscreteSpec,), masks=True, structured_obs=True, probe_config=_probe_config, probe_steps=20_000,
     exact_config=_exact_config,
     step_metrics=STEP_METRICS,
 )

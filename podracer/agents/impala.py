@@ -46,7 +46,9 @@ class ImpalaConfig:
     clip_pg_rho_threshold: float = 1.0  # V-trace's rho-bar of the policy-gradient advantage
     entropy_coef: float = 0.01  # weight of the entropy bonus
     value_coef: float = 0.5  # weight of the value loss (the paper's baseline cost)
-    torso: Literal["mlp", "nature_cnn", "impala_cnn"] = "mlp"  # network body: an MLP, or a CNN for pixels
+    # network body: an MLP, or a CNN for pixels; dict/NamedTuple observations: "mlp" flattens and
+    # concatenates their fields, "multi_encoder" gives each image-like field a convolution first
+    torso: Literal["mlp", "nature_cnn", "impala_cnn", "multi_encoder"] = "mlp"
     hidden_sizes: tuple[int, ...] = (64, 64)  # MLP layer widths
     activation: Literal["tanh", "relu", "gelu"] = "tanh"  # MLP activation
     shared_torso: bool = False  # one body for policy and value (else two)
@@ -194,7 +196,7 @@ def _probe_config() -> ImpalaConfig:
 
 ALGORITHM = Algorithm(
     name="impala", config=ImpalaConfig, make=make_impala, check_batch=ImpalaConfig.check_batch,
-    action_spaces=(DiscreteSpec,), masks=True, probe_config=_probe_config, probe_steps=20_000,
+    action_spaces=(DiscreteSpec,), masks=True, structured_obs=True, probe_config=_probe_config, probe_steps=20_000,
     exact_config=lambda config, batch: dataclasses.replace(config, num_minibatches=1),
     recurrent=lambda config: dataclasses.replace(config, core="lstm", core_size=16),
 )

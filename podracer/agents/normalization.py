@@ -30,6 +30,7 @@ from typing import NamedTuple
 import jax
 
 from podracer import parallel
+from podracer.config import ConfigError
 from podracer.ops import discounted_returns
 from podracer.ops import running_stats as rs
 from podracer.types import (
@@ -42,6 +43,7 @@ from podracer.types import (
     Params,
     PRNGKey,
     Trajectory,
+    is_obs_spec,
     network_obs_spec,
     split_mask,
 )
@@ -70,6 +72,9 @@ def with_normalization(
     `agent` itself when both are off."""
     if not (normalize_observations or scale_rewards):
         return agent
+    if normalize_observations and not is_obs_spec(network_obs_spec(obs_spec)):
+        raise ConfigError("agent.normalize_observations: normalisation takes array observations, and these are "
+                          "structured (dict/NamedTuple); set it to false")
 
     def init(key: PRNGKey) -> AgentState:
         state = agent.init(key)

@@ -67,7 +67,9 @@ class PPOConfig:
     max_grad_norm: float = 0.5  # gradients are rescaled to at most this global L2 norm
     adam_eps: float = 1e-5  # Adam's epsilon, added to the root of the second-moment estimate
     normalize_advantages: bool = True  # standardise advantages over the global minibatch (all devices)
-    torso: Literal["mlp", "nature_cnn", "impala_cnn"] = "mlp"  # network body: an MLP, or a CNN for pixels
+    # network body: an MLP, or a CNN for pixels; dict/NamedTuple observations: "mlp" flattens and
+    # concatenates their fields, "multi_encoder" gives each image-like field a convolution first
+    torso: Literal["mlp", "nature_cnn", "impala_cnn", "multi_encoder"] = "mlp"
     hidden_sizes: tuple[int, ...] = (64, 64)  # MLP layer widths
     activation: Literal["tanh", "relu", "gelu"] = "tanh"  # MLP activation
     shared_torso: bool = False  # one body for policy and value (else two)
@@ -346,7 +348,8 @@ def _probe_config() -> PPOConfig:
 
 ALGORITHM = Algorithm(
     name="ppo", config=PPOConfig, make=make_ppo, check_batch=PPOConfig.check_batch,
-    action_spaces=(DiscreteSpec, BoxSpec), masks=True, probe_config=_probe_config, probe_steps=20_000,
+    action_spaces=(DiscreteSpec, BoxSpec), masks=True, structured_obs=True,
+    probe_config=_probe_config, probe_steps=20_000,
     # One minibatch: the update of a global batch is then the same however it is split.
     exact_config=lambda config, batch: dataclasses.replace(config, num_minibatches=1),
     recurrent=lambda config: dataclasses.replace(config, core="lstm", core_size=16),

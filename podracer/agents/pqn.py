@@ -62,8 +62,9 @@ class PQNConfig:
     epsilon_start: float = 1.0  # epsilon-greedy: probability of a random action when the run starts
     epsilon_end: float = 0.05  # epsilon-greedy: probability of a random action from epsilon_decay_steps on
     epsilon_decay_steps: int = 100_000  # env steps (all devices, one seed) of linear decay
-    # network body: an MLP for vectors, "minatar_cnn" for MinAtar grids, a CNN for pixels
-    torso: Literal["mlp", "minatar_cnn", "nature_cnn", "impala_cnn"] = "mlp"
+    # network body: an MLP for vectors, "minatar_cnn" for MinAtar grids, a CNN for pixels;
+    # "multi_encoder": a convolution per image-like field of dict/NamedTuple observations
+    torso: Literal["mlp", "minatar_cnn", "nature_cnn", "impala_cnn", "multi_encoder"] = "mlp"
     hidden_sizes: tuple[int, ...] = (128, 128)  # MLP layer widths; minatar_cnn: its dense layers
     activation: Literal["tanh", "relu", "gelu"] = "relu"  # activation of the MLP and MinAtar CNN torsos
     layer_norm: bool = True  # LayerNorm before each activation: what stands in for a target network
@@ -190,7 +191,7 @@ def _probe_config() -> PQNConfig:
 
 ALGORITHM = Algorithm(
     name="pqn", config=PQNConfig, make=make_pqn, check_batch=PQNConfig.check_batch,
-    action_spaces=(DiscreteSpec,), masks=False, probe_config=_probe_config, probe_steps=20_000,
+    action_spaces=(DiscreteSpec,), masks=False, structured_obs=True, probe_config=_probe_config, probe_steps=20_000,
     # One minibatch: the update of a global batch is then the same however it is split.
     exact_config=lambda config, batch: dataclasses.replace(config, num_minibatches=1),
 )

@@ -32,6 +32,8 @@ from podracer.types import (
     Trajectory,
     UpdateFn,
     describe_action_spec,
+    is_obs_spec,
+    network_obs_spec,
     zeros_like_spec,
 )
 
@@ -65,6 +67,8 @@ class Algorithm:
     action_spaces: the action-spec types its agents handle (`DiscreteSpec`, `BoxSpec`).
     masks:         whether its agents respect `MaskedObs` legal-action masks (in acting, in
                    greedy acting and in every target that picks an action).
+    structured_obs: whether its agents take dict/NamedTuple observations (their torsos built
+                   by `podracer.networks_structured`); one that does not is refused them at setup.
     probe_config:  a small config that learns the probe environments of each supported
                    action space within `probe_steps` env steps: the contract suite's.
     exact_config:  `(config, global batch) -> config`, a variant whose update of that global
@@ -89,6 +93,7 @@ class Algorithm:
     check_batch: BatchCheck
     action_spaces: tuple[type, ...] = (DiscreteSpec,)
     masks: bool = False
+    structured_obs: bool = False
     probe_config: Callable[[], Any] | None = None
     probe_steps: int = 20_000
     exact_config: Callable[[Any, BatchShape], Any] = lambda config, batch: config
@@ -185,6 +190,9 @@ def check_pairing(algorithm: Algorithm, obs_spec: ObservationSpec, action_spec: 
     if isinstance(obs_spec, MaskedObs) and not algorithm.masks:
         raise ConfigError(f"agent: {algorithm.name} does not respect legal-action masks, and env.id {env_id!r} "
                           "has masked observations (MaskedObs)")
+    if not is_obs_spec(network_obs_spec(obs_spec)) and not algorithm.structured_obs:
+        raise ConfigError(f"agent: {algorithm.name} does not take structured (dict/NamedTuple) observations, and "
+                          f"env.id {env_id!r} has them; use an algorithm that does (ppo, impala, dqn, pqn)")
     if isinstance(obs_spec, MaskedObs) and not isinstance(action_spec, DiscreteSpec):
         raise ConfigError(f"env.id {env_id!r}: legal-action masks need discrete actions, got "
                           f"{describe_action_spec(action_spec)}")

@@ -20,13 +20,42 @@ from podracer.envs.families import (
 )
 from podracer.envs.gymnax_env import GYMNAX_IDS, GymnaxEnv, make_gymnax_env
 from podracer.envs.probes import PROBES
+from podracer.envs.structured import MASK_FIELDS, masked_from_field
+from podracer.envs.wrappers import GymnaxAPIEnv, TimeStepEnv, action_spec_of, observation_spec_of
 from podracer.plugins import load_plugins
 
 if TYPE_CHECKING:
     from podracer.config import EnvConfig
 
-__all__ = ["EnvState", "JaxEnv", "Catch", "GymnaxEnv", "make_jax_env", "make_configured_jax_env", "jax_env_ids",
-           "register_jax_env", "register_jax_env_family", "register_host_env_family", "UnknownEnvError"]
+__all__ = [
+    "EnvState", "JaxEnv", "Catch", "GymnaxEnv", "make_jax_env", "make_configured_jax_env", "jax_env_ids",
+    "register_jax_env", "register_jax_env_family", "register_host_env_family", "UnknownEnvError", "GymnaxAPIEnv",
+    "TimeStepEnv", "action_spec_of", "observation_spec_of", "masked_from_field", "MASK_FIELDS", "SUITE_MODULES",
+]
+
+# Optional suites by id prefix (beside Brax's `brax/`): prefix -> the module of its adapter,
+# which has `EXTRA` (the extra to install), `suite_ids()` and `make_suite_env(env_id)`.
+SUITE_MODULES = {
+    "navix/": "podracer.envs.navix_env",
+    "jumanji/": "podracer.envs.jumanji_env",
+    "craftax/": "podracer.envs.craftax_env",
+    "xminigrid/": "podracer.envs.xminigrid_env",
+}
+
+
+def _suite_module(env_id: str) -> Any:
+    """The adapter module of the suite whose prefix `env_id` has, or None."""
+    import importlib
+
+    prefix = next((prefix for prefix in SUITE_MODULES if env_id.startswith(prefix)), None)
+    return None if prefix is None else importlib.import_module(SUITE_MODULES[prefix])
+
+
+def suite_ids() -> list[str]:
+    """The ids of every installed optional suite (`SUITE_MODULES`)."""
+    import importlib
+
+    return [env_id for module in SUITE_MODULES.values() for env_id in importlib.import_module(module).suite_ids()]
 
 
 class UnknownEnvError(ValueError):
@@ -40,10 +69,12 @@ _USER: dict[str, Callable[[], JaxEnv]] = {}  # filled by register_jax_env, never
 def jax_env_ids() -> list[str]:
     """Known ids: built-ins, the examples of the registered id families
     (`podracer.envs.families`: a family also builds the ids of its pattern that it does not
-    list), gymnax ids, Brax ids (`brax/<name>`, with the `brax` extra) and user ids."""
+    list), gymnax ids, Brax ids (`brax/<name>`, with the `brax` extra), the installed suites'
+    ids (`navix/<id>`, `jumanji/<id>`, `craftax/<id>`, `xminigrid/<id>`, each with its extra)
+    and user ids."""
     load_plugins()
     examples = [env_id for family in jax_env_families() for env_id in family.examples]
-    return sorted(_BUILTIN) + examples + list(GYMNAX_IDS) + list(BRAX_IDS) + sorted(_USER)
+    return sorted(_BUILTIN) + examples + list(GYMNAX_IDS) + list(BRAX_IDS) + suite_ids() + sorted(_USER)
 
 
 def register_jax_env(env_id: str, factory: Callable[[], JaxEnv], overwrite: bool = False) -> None:
@@ -52,7 +83,8 @@ def register_jax_env(env_id: str, factory: Callable[[], JaxEnv], overwrite: bool
     For user environments in this process (a notebook, a script); a built-in id cannot be
     replaced, and a user id only with `overwrite=True`.
     """
-    if env_id in _BUILTIN or env_id in GYMNAX_IDS or env_id in BRAX_IDS or jax_family_of(env_id) is not None:
+    if (env_id in _BUILTIN or env_id in GYMNAX_IDS or env_id in BRAX_IDS or jax_family_of(env_id) is not None
+            or _suite_module(env_id) is not None):
         raise ValueError(f"{env_id!r} is a built-in environment id; choose another name")
     if env_id in _USER and not overwrite:
         raise ValueError(f"{env_id!r} is already registered; pass overwrite=True to replace it")
@@ -70,8 +102,9 @@ def unknown_env_error(env_id: str, known: list[str], kind: str) -> UnknownEnvErr
 
 def make_jax_env(env_id: str) -> JaxEnv:
     """Build a JAX environment by id: built-ins (`Catch`), user ids (`register_jax_env`),
-    gymnax ids (`CartPole-v1`), the ids of registered families (`register_jax_env_family`)
-    or Brax ids (`brax/ant`; UnknownEnvError naming the extra when Brax is not installed)."""
+    gymnax ids (`CartPole-v1`), the ids of registered families (`register_jax_env_family`),
+    Brax ids (`brax/ant`) or a suite's (`navix/Navix-Empty-5x5-v0`, `SUITE_MODULES`;
+    UnknownEnvError naming the extra when Brax or the suite is not installed)."""
     load_plugins()
     if env_id in _BUILTIN:
         return _BUILTIN[env_id]()
@@ -91,6 +124,14 @@ def make_jax_env(env_id: str) -> JaxEnv:
             return make_brax_env(env_id)
         except ImportError as error:
             raise UnknownEnvError(str(error)) from None
+    suite = _suite_module(env_id)
+    if suite is not None:
+        try:
+            return suite.make_suite_env(env_id)
+        except ImportError as error:
+            raise UnknownEnvError(str(error)) from None
+        except KeyError:
+            raise unknown_env_error(env_id, list(suite.suite_ids()), "JAX") from None
     raise unknown_env_error(env_id, jax_env_ids(), "JAX")
 
 
@@ -229,16 +270,19 @@ def _with_params(env: JaxEnv, env_config: EnvConfig) -> JaxEnv:
 def make_configured_jax_env(env_config: EnvConfig) -> JaxEnv:
     """The JAX environment an `EnvConfig` describes: `make_jax_env(env_config.id)` (a user
     environment's outputs checked against its specs, `check_env_outputs`), showing
-    the agent only `env_config.observe` where that is set (`podracer.envs.observe`), with
-    `env_config.params` set (`podracer.envs.params`; an id family's factory reads them as
-    its options, `podracer.envs.families`) and truncated after
+    the agent only `env_config.observe` where that is set (`podracer.envs.observe`), a
+    legal-action mask field of dict/NamedTuple observations as a `MaskedObs`
+    (`masked_from_field`), with `env_config.params` set (`podracer.envs.params`; an id
+    family's factory reads them as its options, `podracer.envs.families`) and truncated after
     `env_config.max_episode_steps` where that is set (`TimeLimitJaxEnv`)."""
     env = make_jax_env(env_config.id)
     check_time_limit(env, env_config)
     if env_config.params:
         env = _with_params(env, env_config)
-    if env_config.id in _USER:  # built-ins are checked by the tests; a user's is checked here
+    checked = env_config.id in _USER or _suite_module(env_config.id) is not None
+    if checked:  # built-ins are checked by the tests; a user's and a suite's here
         check_env_outputs(env, env_config.id)  # with the run's parameters (shapes may follow them)
+    env = masked_from_field(env)  # a dict/NamedTuple observation's `action_mask` field -> MaskedObs
     if env_config.params and hasattr(env, "replace_params"):  # parameters set by name, unvalidated by gymnax
         from podracer.envs.params import check_finite_start
 
@@ -251,6 +295,6 @@ def make_configured_jax_env(env_config: EnvConfig) -> JaxEnv:
         from podracer.envs.observe import ObservedJaxEnv
 
         env = ObservedJaxEnv(env, env_config.observe, env_config.id)
-    if env_config.id in _USER:
+    if checked:
         check_batched_step(env, env_config.id)
     return env

@@ -61,6 +61,12 @@ class JaxEnv:
         """Time limit: an episode is truncated after this many steps."""
         raise NotImplementedError
 
+    def own_truncation(self, state: Any, params: Any) -> Array:
+        """Whether the environment itself cut its episode short at `state` (its inner state
+        after `step_env`), besides the time limit: a wrapped library's own truncation
+        (`podracer.envs.wrappers`). `bool []`; False unless overridden."""
+        return jnp.zeros((), jnp.bool_)
+
     def observation_spec(self, params: Any) -> ObservationSpec:
         """An `ObsSpec`, or a pytree of them shaped like the observations (`MaskedObs`)."""
         raise NotImplementedError
@@ -96,7 +102,7 @@ class JaxEnv:
         reward = jnp.asarray(reward, jnp.float32)
         terminated = jnp.asarray(terminated, jnp.bool_)
         time = state.time + 1
-        truncated = (time >= self.max_episode_steps(params)) & ~terminated
+        truncated = ((time >= self.max_episode_steps(params)) | self.own_truncation(inner, params)) & ~terminated
         done = terminated | truncated
         episode_return = state.episode_return + reward
         next_state = EnvState(
@@ -189,6 +195,9 @@ class JaxEnvWrapper(JaxEnv):
 
     def max_episode_steps(self, params: Any) -> int:
         return self.env.max_episode_steps(params)
+
+    def own_truncation(self, state: Any, params: Any) -> Array:
+        return self.env.own_truncation(state, params)
 
     def observation_spec(self, params: Any) -> ObservationSpec:
         return self.env.observation_spec(params)
