@@ -11,6 +11,7 @@ from experiments.presets_impala import IMPALA_PRESETS
 from experiments.presets_muzero import MUZERO_PRESETS
 from experiments.presets_ppo import PPO_PRESETS
 from experiments.presets_pqn import PQN_PRESETS
+from experiments.presets_sac import SAC_PRESETS
 from podracer.config import Config, ConfigError
 
 # Every preset by name: one `<ALGORITHM>_PRESETS` dict per `experiments/presets_<algorithm>.py`
@@ -22,6 +23,7 @@ PRESETS: dict[str, Callable[[], Config]] = {
     **DQN_PRESETS,
     **PQN_PRESETS,
     **MUZERO_PRESETS,
+    **SAC_PRESETS,
 }
 
 
