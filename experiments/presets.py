@@ -12,6 +12,7 @@ from experiments.presets_muzero import MUZERO_PRESETS
 from experiments.presets_ppo import PPO_PRESETS
 from experiments.presets_pqn import PQN_PRESETS
 from experiments.presets_sac import SAC_PRESETS
+from experiments.presets_td3 import TD3_PRESETS
 from podracer.config import Config, ConfigError
 
 # Every preset by name: one `<ALGORITHM>_PRESETS` dict per `experiments/presets_<algorithm>.py`
@@ -24,6 +25,7 @@ PRESETS: dict[str, Callable[[], Config]] = {
     **PQN_PRESETS,
     **MUZERO_PRESETS,
     **SAC_PRESETS,
+    **TD3_PRESETS,
 }
 
 

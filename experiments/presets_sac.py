@@ -1,4 +1,5 @@
-"""Named presets for SAC and TD3: gymnax Pendulum under Anakin, EnvPool MuJoCo under Sebulba;
+"""Named presets for SAC: gymnax Pendulum under Anakin, EnvPool MuJoCo under Sebulba (TD3's,
+in `experiments.presets_td3`, share their layouts);
 merged into `PRESETS` by `experiments.presets`."""
 
 from __future__ import annotations
@@ -6,7 +7,7 @@ from __future__ import annotations
 from typing import Callable
 
 from anakin.config import AnakinConfig
-from podracer.agents import SACConfig, TD3Config
+from podracer.agents import SACConfig, TD3Config  # TD3Config: the layouts TD3's presets share
 from podracer.config import Config, EnvConfig
 from sebulba.config import SebulbaConfig
 
@@ -27,19 +28,7 @@ def sac_pendulum_anakin() -> Config:
     )
 
 
-def td3_pendulum_anakin() -> Config:
-    """TD3 on gymnax Pendulum-v1, the SAC preset's layout and replay ratio, learning rates
-    1e-3; 20k env steps."""
-    return Config(
-        env=EnvConfig("Pendulum-v1"),
-        agent=TD3Config(buffer_size=20_000, replay_ratio=REPLAY_RATIO, learning_starts=1_000,
-                        actor_learning_rate=1e-3, critic_learning_rate=1e-3),
-        arch=AnakinConfig(num_envs=4, rollout_length=8, updates_per_call=25),
-        total_env_steps=20_000,
-    )
-
-
-def _halfcheetah(agent: SACConfig | TD3Config) -> Config:
+def halfcheetah(agent: SACConfig | TD3Config) -> Config:
     """EnvPool's HalfCheetah-v4 (the `ppo-halfcheetah-sebulba` id): 2 envs x 32 steps per
     trajectory, 64 gradient steps of 256 per update (replay ratio 256), actors one version
     ahead of the learner; 300k env steps."""
@@ -54,18 +43,10 @@ def _halfcheetah(agent: SACConfig | TD3Config) -> Config:
 def sac_halfcheetah_sebulba() -> Config:
     """SAC on EnvPool's HalfCheetah-v4 with CleanRL's settings (5k random steps, lr 3e-4 actor,
     1e-3 critics and temperature, 1M buffer), 300k env steps."""
-    return _halfcheetah(SACConfig(replay_ratio=REPLAY_RATIO, learning_starts=5_000))
-
-
-def td3_halfcheetah_sebulba() -> Config:
-    """TD3 on EnvPool's HalfCheetah-v4 with CleanRL's settings (25k random steps, lr 3e-4,
-    policy delay 2, 1M buffer), 300k env steps."""
-    return _halfcheetah(TD3Config(replay_ratio=REPLAY_RATIO, learning_starts=25_000))
+    return halfcheetah(SACConfig(replay_ratio=REPLAY_RATIO, learning_starts=5_000))
 
 
 SAC_PRESETS: dict[str, Callable[[], Config]] = {
     "sac-pendulum-anakin": sac_pendulum_anakin,
-    "td3-pendulum-anakin": td3_pendulum_anakin,
     "sac-halfcheetah-sebulba": sac_halfcheetah_sebulba,
-    "td3-halfcheetah-sebulba": td3_halfcheetah_sebulba,
 }

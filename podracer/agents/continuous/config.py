@@ -93,8 +93,8 @@ class SACConfig(ReplayActorCriticConfig):
     initial_temperature: float = 1.0  # alpha when the run starts (0 with autotune off: no entropy bonus)
     autotune: bool = True  # learn alpha against target_entropy (eq. 18); False keeps initial_temperature
     target_entropy: float | None = None  # the entropy alpha holds the policy to; None: -|A| (the paper's)
-    log_std_min: float = -5.0  # the policy's log-std is squashed into [log_std_min, log_std_max]
-    log_std_max: float = 2.0
+    log_std_min: float = -5.0  # the lower bound of the policy's log-std (squashed into [min, max])
+    log_std_max: float = 2.0  # the upper bound of the policy's log-std
     policy_delay: int = 1  # gradient steps per actor and temperature step (1: every step)
 
     def __post_init__(self) -> None:
