@@ -250,3 +250,19 @@ def test_stop_and_resume_is_exact_with_the_buffers(config, tmp_path):
     assert replay_learning.ContinuousParams is type(last.state.agent.params)
     assert int(np.asarray(last.state.agent.local.current_index).max()) > 0
     assert_trees_equal(last.state, full.state)
+
+
+@pytest.mark.parametrize("make", [SACConfig, TD3Config], ids=["sac", "td3"])
+def test_simba_torso_and_several_gradient_steps(make):
+    """The SimBa torso (residual LayerNorm blocks) in actor and critics, 3 gradient steps per
+    update: the update takes them, its losses are finite, the parameters move."""
+    config = make(buffer_size=256, batch_size=32, learning_starts=0, torso="simba", hidden_sizes=(32,),
+                  simba_blocks=1, gradient_steps=3)
+    agent = probe_agent(config)
+    state = jax.jit(agent.init)(jax.random.key(0))
+    assert "LayerNorm_0" in state.params.actor["params"]["torso"]
+    traj = probe_trajectory(PROBE, agent, state.params, 8, 8)
+    new, metrics = jax.jit(agent.update)(state, traj, jax.random.key(1))
+    assert float(metrics["gradient_steps"]) == 3.0 and int(new.opt_state.gradient_steps) == 3
+    assert np.isfinite(float(metrics["loss"])) and np.isfinite(float(metrics["actor_loss"]))
+    assert not np.array_equal(jax.tree.leaves(new.opt_state.critic)[0], jax.tree.leaves(state.opt_state.critic)[0])
