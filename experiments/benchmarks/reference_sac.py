@@ -114,11 +114,11 @@ def make_reference(env_id: str, config: Any, num_envs: int, rollout_length: int)
         key, k_act, k_step = jax.random.split(key, 3)
         unit, _ = sample(state.actor, state.obs, k_act)
         action = low + (unit + 1.0) * scale
-        obs, env_state, reward, done, info = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
+        obs, env_state, reward, terminated, _, _ = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
             jax.random.split(k_step, num_envs), state.env_state, action, env_params)
-        # gymnax auto-resets; a finished episode's next observation is the new one's first
-        # (the hand-written simplification), and time limits count as terminal
-        step = (state.obs, unit, reward, done.astype(jnp.float32), obs)
+        # gymnax auto-resets: a finished episode's next observation is the new one's first
+        # (the hand-written simplification); only termination stops bootstrapping
+        step = (state.obs, unit, reward, terminated.astype(jnp.float32), obs)
         return (state._replace(env_state=env_state, obs=obs), key), step
 
     def learn(state, key):
