@@ -50,6 +50,9 @@ def field_docs(cls: type) -> dict[str, str]:
             r -= 1
         if above:
             docs[name] = " ".join(above)
+    for base in cls.__mro__[1:]:  # fields a config inherits are described where they are declared
+        if dataclasses.is_dataclass(base):
+            docs = {**field_docs(base), **docs}
     return docs
 
 

@@ -11,7 +11,9 @@ from experiments.presets_impala import IMPALA_PRESETS
 from experiments.presets_muzero import MUZERO_PRESETS
 from experiments.presets_ppo import PPO_PRESETS
 from experiments.presets_pqn import PQN_PRESETS
+from experiments.presets_sac import SAC_PRESETS
 from experiments.presets_suites import SUITE_PRESETS
+from experiments.presets_td3 import TD3_PRESETS
 from podracer.config import Config, ConfigError
 from podracer.plugins import load_plugins
 
@@ -26,6 +28,8 @@ PRESETS: dict[str, Callable[[], Config]] = {
     **DQN_PRESETS,
     **PQN_PRESETS,
     **MUZERO_PRESETS,
+    **SAC_PRESETS,
+    **TD3_PRESETS,
     **SUITE_PRESETS,  # the optional environment suites (navix, XLand-MiniGrid, Jumanji, Craftax)
 }
 

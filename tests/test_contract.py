@@ -180,7 +180,8 @@ def test_bad_batch_splits_exit_2_before_compiling(name, arch, capsys, monkeypatc
     configs = [algorithm.default_probe_config(), algorithm.config()]
     configs += [make().agent for make in all_presets().values() if type(make().agent) is algorithm.config]
     agent_config, bad, good = rejected_batch(algorithm, configs)
-    base = Config(agent=agent_config, env=EnvConfig(SPACES["discrete"]), run_dir=str(tmp_path / "run"),
+    space = next(space for space in SPACES if supports(name, space))  # a box-only algorithm takes the box probe
+    base = Config(agent=agent_config, env=EnvConfig(SPACES[space]), run_dir=str(tmp_path / "run"),
                   arch=arch_config(arch, *good), total_env_steps=10**7)
     runner = anakin.runner if arch == "anakin" else sebulba.runner
     runner.setup(base)  # the accepted batch passes

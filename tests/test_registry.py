@@ -30,12 +30,14 @@ def toy(name="toy", **fields) -> Algorithm:
 
 
 def test_the_builtins_declare_themselves():
-    assert list(algorithms()) == ["ppo", "impala", "dqn", "pqn", "muzero"]
+    assert list(algorithms()) == ["ppo", "impala", "dqn", "pqn", "muzero", "sac", "td3"]
     for algorithm in algorithms().values():
         assert algorithm_for(algorithm.config()) is algorithm
-        assert DiscreteSpec in algorithm.action_spaces
     assert [name for name, algorithm in algorithms().items() if algorithm.masks] == ["ppo", "impala", "dqn"]
-    assert [name for name, algorithm in algorithms().items() if BoxSpec in algorithm.action_spaces] == ["ppo"]
+    assert [name for name, algorithm in algorithms().items() if BoxSpec in algorithm.action_spaces] == \
+        ["ppo", "sac", "td3"]
+    assert [name for name, algorithm in algorithms().items() if DiscreteSpec not in algorithm.action_spaces] == \
+        ["sac", "td3"]
     with pytest.raises(ConfigError, match="no algorithm is registered for ToyConfig"):
         algorithm_for(ToyConfig())
 

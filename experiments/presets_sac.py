@@ -1,0 +1,52 @@
+"""Named presets for SAC: gymnax Pendulum under Anakin, EnvPool MuJoCo under Sebulba (TD3's,
+in `experiments.presets_td3`, share their layouts);
+merged into `PRESETS` by `experiments.presets`."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from anakin.config import AnakinConfig
+from podracer.agents import SACConfig, TD3Config  # TD3Config: the layouts TD3's presets share
+from podracer.config import Config, EnvConfig
+from sebulba.config import SebulbaConfig
+
+# One gradient step of 256 per env step (CleanRL's SAC and TD3): a replay ratio of 256
+# samples per env step, whatever the layout's T * B.
+REPLAY_RATIO = 256.0
+
+
+def sac_pendulum_anakin() -> Config:
+    """SAC on gymnax Pendulum-v1: 4 envs x 8 steps per update, 32 gradient steps of 256
+    each (replay ratio 256), 1k random env steps first; 20k env steps. Run
+    `--arch.num-seeds 4` for four seeds in one program."""
+    return Config(
+        env=EnvConfig("Pendulum-v1"),
+        agent=SACConfig(buffer_size=20_000, replay_ratio=REPLAY_RATIO, learning_starts=1_000),
+        arch=AnakinConfig(num_envs=4, rollout_length=8, updates_per_call=25),
+        total_env_steps=20_000,
+    )
+
+
+def halfcheetah(agent: SACConfig | TD3Config) -> Config:
+    """EnvPool's HalfCheetah-v4 (the `ppo-halfcheetah-sebulba` id): 2 envs x 32 steps per
+    trajectory, 64 gradient steps of 256 per update (replay ratio 256), actors one version
+    ahead of the learner; 300k env steps."""
+    return Config(
+        env=EnvConfig("HalfCheetah-v4"),
+        agent=agent,
+        arch=SebulbaConfig(num_envs=2, rollout_length=32, max_policy_lag=1, updates_per_log=20),
+        total_env_steps=300_000,
+    )
+
+
+def sac_halfcheetah_sebulba() -> Config:
+    """SAC on EnvPool's HalfCheetah-v4 with CleanRL's settings (5k random steps, lr 3e-4 actor,
+    1e-3 critics and temperature, 1M buffer), 300k env steps."""
+    return halfcheetah(SACConfig(replay_ratio=REPLAY_RATIO, learning_starts=5_000))
+
+
+SAC_PRESETS: dict[str, Callable[[], Config]] = {
+    "sac-pendulum-anakin": sac_pendulum_anakin,
+    "sac-halfcheetah-sebulba": sac_halfcheetah_sebulba,
+}

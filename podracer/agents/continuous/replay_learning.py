@@ -1,0 +1,173 @@
+"""What SAC and TD3 share around their gradient step: the replay buffer in
+`AgentState.local`, acting before `learning_starts`, how many gradient steps an update takes,
+and the memory a buffer needs.
+
+The buffer holds DQN's `Step`s (float actions: the box action the environment got) and
+forms n-step targets when it samples, with DQN's functions (`podracer.agents.dqn`): a
+terminated episode does not bootstrap, a truncated one bootstraps from its final observation,
+and a return never runs into another episode or a restarted stream. Each update adds its
+`[T, B]` steps, earns `steps_per_update` gradient steps of credit once `learning_starts` env
+steps have arrived, takes the whole ones (a loop with a traced trip count) and carries the
+fraction in `ContinuousLearnerState.replay_credit`, as DQN does.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from podracer import parallel
+from podracer.agents import common
+from podracer.agents.continuous.config import ReplayActorCriticConfig
+from podracer.agents.dqn import Step, sample_transitions, stream_continues
+from podracer.config import ConfigError
+from podracer.counters import Count
+from podracer.replay import Replay, Transition, make_replay
+from podracer.types import AgentState, Array, BoxSpec, ObservationSpec, Params, PRNGKey, Trajectory, zeros_like_spec
+
+
+class ContinuousParams(NamedTuple):
+    """What `act` receives: the actor's parameters and the env steps the learner has received
+    (all devices, one seed): acting is uniformly random before `learning_starts`."""
+
+    actor: Params
+    env_steps: Count
+
+
+class ContinuousLearnerState(NamedTuple):
+    """`AgentState.opt_state` of SAC and TD3: replicated learner-only state.
+
+    `extra` is the algorithm's own: SAC's temperature and its optimiser, TD3's target actor.
+    """
+
+    critic: Params
+    target_critic: Params
+    actor_optimizer: Any
+    critic_optimizer: Any
+    extra: Any
+    gradient_steps: Count  # gradient steps taken (each on `batch_size` items per device)
+    replay_credit: Array  # float32 scalar: the fraction of a gradient step earned but not yet taken
+    learning_env_steps: Count  # env steps (all devices) received since learning started
+
+
+# `(actor, learner, batch, key) -> (actor, learner, metrics)`: one gradient step
+LearnOnBatch = Callable[[Params, ContinuousLearnerState, Transition, PRNGKey],
+                        tuple[Params, ContinuousLearnerState, dict[str, Array]]]
+
+
+def example_step(obs_spec: ObservationSpec, action_spec: BoxSpec) -> Step:
+    """One replay `Step` of zeros (the buffer's item)."""
+    obs = jnp.asarray(zeros_like_spec(obs_spec))
+    false = jnp.zeros((), bool)
+    return Step(obs, jnp.zeros(tuple(action_spec.shape), jnp.float32), jnp.zeros(()), false, false, obs, false)
+
+
+def bytes_per_transition(obs_spec: ObservationSpec, action_spec: BoxSpec) -> int:
+    """Bytes one stored step takes: observation and next observation, action, reward and
+    three flags (a prioritized/stratified buffer adds about 8 bytes of sum tree per slot)."""
+    return sum(np.dtype(x.dtype).itemsize * int(np.prod(x.shape))
+               for x in jax.tree.leaves(jax.eval_shape(lambda: example_step(obs_spec, action_spec))))
+
+
+def check_buffer_fits(config: ReplayActorCriticConfig, obs_spec: ObservationSpec, action_spec: BoxSpec) -> None:
+    """ConfigError naming `agent.buffer_size` when one device's buffer cannot fit in the
+    memory the first device reports (`memory_stats()['bytes_limit']`); no check where the
+    device reports none (CPU)."""
+    need = config.buffer_size * (bytes_per_transition(obs_spec, action_spec)
+                                 + (8 if config.sampling == "stratified" else 0))
+    stats = jax.devices()[0].memory_stats() or {}
+    limit = stats.get("bytes_limit")
+    if limit is not None and need > limit:
+        raise ConfigError(f"agent.buffer_size {config.buffer_size} needs {need / 2**30:.2f} GiB per device, more "
+                          f"than the {limit / 2**30:.2f} GiB {jax.devices()[0].device_kind} has; lower it")
+
+
+def to_steps(traj: Trajectory, continues: Array) -> Step:
+    """A `[T, B]` trajectory as `T * B` replay steps, time-major (`[T * B, ...]`);
+    `continues [B]`: each environment's first step follows its last stored one."""
+    first = jnp.zeros(traj.reward.shape, bool).at[0].set(~continues)
+    return common.flatten_time_batch(Step(traj.obs, traj.action.astype(jnp.float32), traj.reward,
+                                          traj.terminated, traj.truncated, traj.next_obs, first))
+
+
+def make_buffer(config: ReplayActorCriticConfig) -> Replay:
+    """The per-device buffer: uniform, or stratified (flashbax's sum tree at equal
+    priorities, which are never changed)."""
+    return make_replay(config.buffer_size, config.batch_size, prioritized=config.sampling == "stratified")
+
+
+def initial_state(actor: Params, learner: ContinuousLearnerState, replay: Replay, obs_spec: ObservationSpec,
+                  action_spec: BoxSpec) -> AgentState:
+    return AgentState(ContinuousParams(actor, Count.zeros()), learner, jnp.zeros((), jnp.int32),
+                      replay.init(example_step(obs_spec, action_spec)))
+
+
+def random_until_learning(config: ReplayActorCriticConfig, action_spec: BoxSpec, params: ContinuousParams,
+                          key: PRNGKey, action: Array) -> Array:
+    """`action [B, A]`, or before `learning_starts` env steps uniform random actions in the box."""
+    random = jax.random.uniform(key, action.shape, action.dtype, jnp.asarray(action_spec.low),
+                                jnp.asarray(action_spec.high))
+    return jnp.where(params.env_steps.ge(config.learning_starts), action, random)
+
+
+def make_replay_update(config: ReplayActorCriticConfig, replay: Replay, learn_on_batch: LearnOnBatch,
+                       axis_name: parallel.AxisName, step_metrics: tuple[str, ...], name: str):
+    """`update(state, traj, key) -> (state, metrics)`: add the trajectory to this device's
+    buffer, then take the gradient steps earned (`learn_on_batch` on n-step batches), each
+    device sampling its own batch (`key` differs between devices) and averaging gradients."""
+
+    def update(state: AgentState, traj: Trajectory, key: PRNGKey):
+        T, B = traj.reward.shape
+        num_devices = 1 if axis_name is None else jax.lax.axis_size(axis_name)
+        per_update = config.steps_per_update(T * B)
+        max_steps = config.max_steps_per_update(T * B)
+        hold_back = (config.n_step - 1) * B  # the newest steps, whose successors are still to come
+        steps = to_steps(traj, stream_continues(replay, state.local, jax.tree.map(lambda x: x[0], traj.obs)))
+        local = replay.add(state.local, steps, hold_back)
+        received = T * B * num_devices
+        env_steps = state.params.env_steps.add(received)
+        # from replicated counters, so every device decides alike
+        learn = env_steps.ge(max(config.learning_starts, num_devices * (hold_back + 1)))
+        learner = state.opt_state
+        credit = learner.replay_credit + jnp.where(learn, jnp.float32(per_update), 0.0)
+        num_steps = jnp.minimum(jnp.floor(credit).astype(jnp.int32), max_steps)
+        learner = learner._replace(replay_credit=credit - num_steps.astype(jnp.float32),
+                                   learning_env_steps=learner.learning_env_steps.add(jnp.where(learn, received, 0)))
+        keys = jax.random.split(key, max_steps)
+
+        def one_step(actor: Params, learner: ContinuousLearnerState, key: PRNGKey):
+            sample_key, learn_key = jax.random.split(key)
+            items = sample_transitions(replay, local, sample_key, jnp.float32(1.0), B, config).items
+            actor, learner, metrics = learn_on_batch(actor, learner, items, learn_key)
+            return actor, learner, varying(metrics)
+
+        def body(i: Array, carry: tuple) -> tuple:
+            actor, learner, sums = carry
+            actor, learner, metrics = one_step(actor, learner, keys[i])
+            return actor, learner, jax.tree.map(jnp.add, sums, metrics)
+
+        shapes = jax.eval_shape(one_step, state.params.actor, learner, keys[0])[-1]
+        common.check_step_metrics(shapes, step_metrics, name)
+        sums = varying(jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes))
+        actor, learner, sums = jax.lax.fori_loop(0, num_steps, body, (state.params.actor, learner, sums))
+        metrics = parallel.pmean(jax.tree.map(lambda x: x / jnp.maximum(num_steps, 1).astype(x.dtype), sums),
+                                 axis_name)
+        learned = learner.gradient_steps.as_float() * (config.batch_size * num_devices)
+        seen = learner.learning_env_steps.as_float()
+        metrics.update(
+            learning=learn.astype(jnp.float32), gradient_steps=num_steps.astype(jnp.float32),
+            replay_size=parallel.pmean(replay.size(local).astype(jnp.float32), axis_name),
+            replay_ratio=jnp.float32(per_update * config.batch_size / (T * B)),
+            replay_ratio_achieved=jnp.where(seen > 0, learned / jnp.maximum(seen, 1.0), 0.0),
+        )
+        return AgentState(ContinuousParams(actor, env_steps), learner, state.update_count + 1, local), metrics
+
+    def varying(tree: Any) -> Any:
+        # per-step metrics mix device-varying (losses) and invariant values; a loop carry
+        # needs one type, so all are summed as varying and averaged after
+        return tree if axis_name is None else parallel.to_varying(tree, axis_name)
+
+    return update

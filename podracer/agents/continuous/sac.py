@@ -1,0 +1,191 @@
+"""Soft Actor-Critic (Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and Applications",
+arXiv 1812.05905) as a podracer `Agent`, for `BoxSpec` actions.
+
+A tanh-squashed Gaussian policy rescaled to the action box (its log-probability the exact
+change of variables, `podracer.ops.continuous_q`), twin critics whose minimum forms the soft
+target, Polyak-averaged target critics, and a temperature learned against a target entropy
+(default `-|A|`), each with its own Adam. A gradient step updates the critics, then (every
+`policy_delay` steps) the actor against the updated critics and the temperature, then the
+target critics. Replay, n-step targets and the gradient-step count are
+`podracer.agents.continuous.replay_learning`'s.
+
+State: `params = ContinuousParams(actor, env_steps)` (what actors receive); `opt_state` the
+critics, targets and optimisers (`ContinuousLearnerState`, `extra = SACTemperature`);
+`local` the device's buffer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from podracer import parallel
+from podracer.agents.continuous import networks
+from podracer.agents.continuous.config import SACConfig
+from podracer.agents.continuous.replay_learning import (
+    ContinuousLearnerState,
+    ContinuousParams,
+    check_buffer_fits,
+    initial_state,
+    make_buffer,
+    make_replay_update,
+    random_until_learning,
+)
+from podracer.agents.registry import Algorithm
+from podracer.counters import Count
+from podracer.ops import continuous_q
+from podracer.replay import Transition
+from podracer.types import (
+    Agent,
+    Array,
+    BatchShape,
+    BoxSpec,
+    Observation,
+    ObservationSpec,
+    Params,
+    PRNGKey,
+    zeros_like_spec,
+)
+
+__all__ = ["ALGORITHM", "SACConfig", "SACTemperature", "make_sac"]
+
+STEP_METRICS = ("loss", "actor_loss", "q_mean", "temperature", "temperature_loss", "entropy")
+
+
+class SACTemperature(NamedTuple):
+    """SAC's `ContinuousLearnerState.extra`: `log(alpha)` and its optimiser state."""
+
+    log_temperature: Array
+    optimizer: Any
+
+
+def make_sac(config: SACConfig, obs_spec: ObservationSpec, action_spec: BoxSpec, *, num_updates: int,
+             axis_name: parallel.AxisName = None) -> Agent:
+    """Build the SAC `Agent`.
+
+    num_updates: unused (no schedule depends on the run's length).
+    axis_name:   mesh axis (or axes) to average gradients over; None on one device.
+    """
+    del num_updates
+    dim = networks.action_dim(tuple(action_spec.shape))
+    check_buffer_fits(config, obs_spec, action_spec)
+    actor_net = networks.SquashedGaussianActor(dim, networks.make_torso(config), config.log_std_min,
+                                               config.log_std_max)
+    critic_net = networks.TwinCritic(networks.make_torso(config))
+    actor_opt, critic_opt = optax.adam(config.actor_learning_rate), optax.adam(config.critic_learning_rate)
+    temperature_opt = optax.adam(config.temperature_learning_rate)
+    target_entropy = -float(dim) if config.target_entropy is None else config.target_entropy
+    low, high = jnp.asarray(action_spec.low), jnp.asarray(action_spec.high)
+    log_scale = continuous_q.box_log_scale(action_spec.low, action_spec.high)
+    replay = make_buffer(config)
+
+    def policy(actor: Params, obs: Array, key: PRNGKey) -> tuple[Array, Array]:
+        """A sampled unit action `[N, A]` and its log-density in the box `[N]`."""
+        mean, log_std = actor_net.apply(actor, obs)
+        unit, log_prob = continuous_q.squashed_gaussian_sample(key, mean, log_std)
+        return unit, log_prob - log_scale
+
+    def critic_loss(critic: Params, actor: Params, learner: ContinuousLearnerState, items: Transition,
+                    temperature: Array, key: PRNGKey):
+        next_unit, next_log_prob = policy(actor, items.next_obs, key)
+        q_t = critic_net.apply(learner.target_critic, items.next_obs, next_unit)
+        target = continuous_q.soft_q_target(items.reward, items.discount, q_t[0], q_t[1], next_log_prob,
+                                            temperature)
+        q_tm1 = critic_net.apply(critic, items.obs, continuous_q.from_box(items.action, low, high))
+        return continuous_q.twin_q_loss(q_tm1[0], q_tm1[1], target), jnp.mean(q_tm1)
+
+    def actor_loss(actor: Params, critic: Params, obs: Array, temperature: Array, key: PRNGKey):
+        unit, log_prob = policy(actor, obs, key)
+        q = critic_net.apply(critic, obs, unit)
+        return continuous_q.sac_actor_loss(q[0], q[1], log_prob, temperature), log_prob
+
+    critic_grad = parallel.value_and_mean_grad(critic_loss, axis_name, has_aux=True)
+    actor_grad = parallel.value_and_mean_grad(actor_loss, axis_name, has_aux=True)
+    temperature_grad = parallel.value_and_mean_grad(continuous_q.temperature_loss, axis_name)
+
+    def learn_on_batch(actor: Params, learner: ContinuousLearnerState, items: Transition, key: PRNGKey):
+        critic_key, actor_key = jax.random.split(key)
+        extra = learner.extra
+        temperature = jnp.exp(extra.log_temperature)
+        (loss, q_mean), grads = critic_grad(learner.critic, actor, learner, items, temperature, critic_key)
+        updates, critic_opt_state = critic_opt.update(grads, learner.critic_optimizer, learner.critic)
+        critic = optax.apply_updates(learner.critic, updates)
+
+        steps = learner.gradient_steps.add(1)
+        due = learner.gradient_steps.mod(config.policy_delay) == 0
+        (a_loss, log_prob), grads = actor_grad(actor, critic, items.obs, temperature, actor_key)
+        updates, actor_opt_state = actor_opt.update(grads, learner.actor_optimizer, actor)
+        new_actor = optax.apply_updates(actor, updates)
+        t_loss, t_grad = temperature_grad(extra.log_temperature, log_prob, target_entropy)
+        t_updates, t_opt_state = temperature_opt.update(t_grad, extra.optimizer, extra.log_temperature)
+        new_extra = SACTemperature(optax.apply_updates(extra.log_temperature, t_updates), t_opt_state)
+        if not config.autotune:
+            new_extra = extra
+        actor, actor_opt_state, extra = _where(due, (new_actor, actor_opt_state, new_extra),
+                                               (actor, learner.actor_optimizer, extra))
+        learner = learner._replace(
+            critic=critic, critic_optimizer=critic_opt_state, actor_optimizer=actor_opt_state, extra=extra,
+            target_critic=optax.incremental_update(critic, learner.target_critic, config.tau), gradient_steps=steps)
+        metrics = {"loss": loss, "actor_loss": a_loss, "q_mean": q_mean, "temperature": temperature,
+                   "temperature_loss": t_loss, "entropy": -jnp.mean(log_prob)}
+        return actor, learner, metrics
+
+    def init(key: PRNGKey):
+        actor_key, critic_key = jax.random.split(key)
+        obs = jnp.asarray(zeros_like_spec(obs_spec, (1,)))
+        actor = actor_net.init(actor_key, obs)
+        critic = critic_net.init(critic_key, obs, jnp.zeros((1, dim), jnp.float32))
+        # log(0) = -inf: alpha = 0 exactly (no entropy bonus), possible with autotune off
+        log_temperature = jnp.log(jnp.float32(config.initial_temperature))
+        learner = ContinuousLearnerState(
+            critic, critic, actor_opt.init(actor), critic_opt.init(critic),
+            SACTemperature(log_temperature, temperature_opt.init(log_temperature)),
+            Count.zeros(), jnp.zeros((), jnp.float32), Count.zeros())
+        return initial_state(actor, learner, replay, obs_spec, action_spec)
+
+    def act(params: ContinuousParams, obs: Observation, key: PRNGKey) -> tuple[Array, dict[str, Array]]:
+        """A squashed-Gaussian sample in the box (uniform in the box before learning_starts)."""
+        policy_key, random_key = jax.random.split(key)
+        mean, log_std = actor_net.apply(params.actor, obs)
+        unit, _ = continuous_q.squashed_gaussian_sample(policy_key, mean, log_std)
+        return random_until_learning(config, action_spec, params, random_key,
+                                     continuous_q.to_box(unit, low, high)), {}
+
+    def greedy_act(params: ContinuousParams, obs: Observation) -> Array:
+        """`tanh(mean)` in the box: the deterministic action for evaluation."""
+        mean, _ = actor_net.apply(params.actor, obs)
+        return continuous_q.to_box(jnp.tanh(mean), low, high)
+
+    update = make_replay_update(config, replay, learn_on_batch, axis_name, STEP_METRICS, "sac")
+    return Agent(init=init, act=act, update=update, greedy_act=greedy_act)
+
+
+def _where(condition: Array, new: Any, old: Any) -> Any:
+    return jax.tree.map(lambda n, o: jnp.where(condition, n, o), new, old)
+
+
+def _probe_config() -> SACConfig:
+    return SACConfig(actor_learning_rate=3e-3, critic_learning_rate=3e-3, temperature_learning_rate=1e-2,
+                     initial_temperature=0.1, buffer_size=4_096, batch_size=64, gradient_steps=4, learning_starts=512,
+                     hidden_sizes=(32, 32), gamma=0.9)
+
+
+def _exact_config(config: SACConfig, batch: BatchShape) -> SACConfig:
+    """One gradient step on a sample that is the whole batch however it is split
+    (stratified sampling of `N` items from a device holding `N / D` takes each `D` times),
+    with no sampling noise: no entropy bonus (alpha = 0, fixed) and a policy of std at most
+    `e^-40`, whose samples equal its mean in float32 (their gradients ~1e-18)."""
+    n = batch.transitions
+    return dataclasses.replace(config, sampling="stratified", buffer_size=max(config.buffer_size, n), batch_size=n,
+                               gradient_steps=1, replay_ratio=None, learning_starts=0, n_step=1,
+                               autotune=False, initial_temperature=0.0, log_std_min=-41.0, log_std_max=-40.0)
+
+
+ALGORITHM = Algorithm(
+    name="sac", config=SACConfig, make=make_sac, check_batch=SACConfig.check_batch, action_spaces=(BoxSpec,),
+    probe_config=_probe_config, probe_steps=20_000, exact_config=_exact_config, step_metrics=STEP_METRICS,
+)

@@ -1,0 +1,148 @@
+"""TD3 (Fujimoto et al. 2018, "Addressing Function Approximation Error in Actor-Critic
+Methods", arXiv 1802.09477) as a podracer `Agent`, for `BoxSpec` actions.
+
+A deterministic tanh actor explores with Gaussian noise; twin critics regress on the clipped
+double-Q target at a smoothed target action (clipped noise on the target actor's action);
+the actor (on Q1) and both target networks (Polyak) are updated every `policy_delay`
+gradient steps. Replay, n-step targets and the gradient-step count are
+`podracer.agents.continuous.replay_learning`'s.
+
+State: `params = ContinuousParams(actor, env_steps)`; `opt_state` a `ContinuousLearnerState`
+whose `extra` is the target actor; `local` the device's buffer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from podracer import parallel
+from podracer.agents.continuous import networks
+from podracer.agents.continuous.config import TD3Config
+from podracer.agents.continuous.replay_learning import (
+    ContinuousLearnerState,
+    ContinuousParams,
+    check_buffer_fits,
+    initial_state,
+    make_buffer,
+    make_replay_update,
+    random_until_learning,
+)
+from podracer.agents.registry import Algorithm
+from podracer.counters import Count
+from podracer.ops import continuous_q
+from podracer.replay import Transition
+from podracer.types import (
+    Agent,
+    Array,
+    BatchShape,
+    BoxSpec,
+    Observation,
+    ObservationSpec,
+    Params,
+    PRNGKey,
+    zeros_like_spec,
+)
+
+__all__ = ["ALGORITHM", "TD3Config", "make_td3"]
+
+STEP_METRICS = ("loss", "actor_loss", "q_mean", "actor_updated")
+
+
+def make_td3(config: TD3Config, obs_spec: ObservationSpec, action_spec: BoxSpec, *, num_updates: int,
+             axis_name: parallel.AxisName = None) -> Agent:
+    """Build the TD3 `Agent`.
+
+    num_updates: unused (no schedule depends on the run's length).
+    axis_name:   mesh axis (or axes) to average gradients over; None on one device.
+    """
+    del num_updates
+    dim = networks.action_dim(tuple(action_spec.shape))
+    check_buffer_fits(config, obs_spec, action_spec)
+    actor_net = networks.DeterministicActor(dim, networks.make_torso(config))
+    critic_net = networks.TwinCritic(networks.make_torso(config))
+    actor_opt, critic_opt = optax.adam(config.actor_learning_rate), optax.adam(config.critic_learning_rate)
+    low, high = jnp.asarray(action_spec.low), jnp.asarray(action_spec.high)
+    replay = make_buffer(config)
+
+    def critic_loss(critic: Params, learner: ContinuousLearnerState, items: Transition, key: PRNGKey):
+        next_unit = continuous_q.smoothed_target_action(key, actor_net.apply(learner.extra, items.next_obs),
+                                                        config.target_noise, config.target_noise_clip)
+        q_t = critic_net.apply(learner.target_critic, items.next_obs, next_unit)
+        target = continuous_q.clipped_double_q_target(items.reward, items.discount, q_t[0], q_t[1])
+        q_tm1 = critic_net.apply(critic, items.obs, continuous_q.from_box(items.action, low, high))
+        return continuous_q.twin_q_loss(q_tm1[0], q_tm1[1], target), jnp.mean(q_tm1)
+
+    def actor_loss(actor: Params, critic: Params, obs: Array):
+        return continuous_q.td3_actor_loss(critic_net.apply(critic, obs, actor_net.apply(actor, obs))[0])
+
+    critic_grad = parallel.value_and_mean_grad(critic_loss, axis_name, has_aux=True)
+    actor_grad = parallel.value_and_mean_grad(actor_loss, axis_name)
+
+    def learn_on_batch(actor: Params, learner: ContinuousLearnerState, items: Transition, key: PRNGKey):
+        (loss, q_mean), grads = critic_grad(learner.critic, learner, items, key)
+        updates, critic_opt_state = critic_opt.update(grads, learner.critic_optimizer, learner.critic)
+        critic = optax.apply_updates(learner.critic, updates)
+        steps = learner.gradient_steps.add(1)
+        # the actor and the targets move on every policy_delay-th step (alg. 1), counted from 1
+        due = steps.mod(config.policy_delay) == 0
+        a_loss, grads = actor_grad(actor, critic, items.obs)
+        updates, actor_opt_state = actor_opt.update(grads, learner.actor_optimizer, actor)
+        new_actor = optax.apply_updates(actor, updates)
+        new = (new_actor, actor_opt_state, optax.incremental_update(new_actor, learner.extra, config.tau),
+               optax.incremental_update(critic, learner.target_critic, config.tau))
+        old = (actor, learner.actor_optimizer, learner.extra, learner.target_critic)
+        actor, actor_opt_state, target_actor, target_critic = jax.tree.map(
+            lambda n, o: jnp.where(due, n, o), new, old)
+        learner = learner._replace(critic=critic, critic_optimizer=critic_opt_state, actor_optimizer=actor_opt_state,
+                                   extra=target_actor, target_critic=target_critic, gradient_steps=steps)
+        metrics = {"loss": loss, "actor_loss": a_loss, "q_mean": q_mean, "actor_updated": due.astype(jnp.float32)}
+        return actor, learner, metrics
+
+    def init(key: PRNGKey):
+        actor_key, critic_key = jax.random.split(key)
+        obs = jnp.asarray(zeros_like_spec(obs_spec, (1,)))
+        actor = actor_net.init(actor_key, obs)
+        critic = critic_net.init(critic_key, obs, jnp.zeros((1, dim), jnp.float32))
+        learner = ContinuousLearnerState(critic, critic, actor_opt.init(actor), critic_opt.init(critic), actor,
+                                         Count.zeros(), jnp.zeros((), jnp.float32), Count.zeros())
+        return initial_state(actor, learner, replay, obs_spec, action_spec)
+
+    def act(params: ContinuousParams, obs: Observation, key: PRNGKey) -> tuple[Array, dict[str, Array]]:
+        """The actor's action plus N(0, exploration_noise) in unit-box units, clipped to the
+        box (uniform in the box before learning_starts)."""
+        noise_key, random_key = jax.random.split(key)
+        unit = actor_net.apply(params.actor, obs)
+        unit = jnp.clip(unit + config.exploration_noise * jax.random.normal(noise_key, unit.shape), -1.0, 1.0)
+        return random_until_learning(config, action_spec, params, random_key, continuous_q.to_box(unit, low, high)), {}
+
+    def greedy_act(params: ContinuousParams, obs: Observation) -> Array:
+        """The actor's action in the box, without noise (evaluation)."""
+        return continuous_q.to_box(actor_net.apply(params.actor, obs), low, high)
+
+    update = make_replay_update(config, replay, learn_on_batch, axis_name, STEP_METRICS, "td3")
+    return Agent(init=init, act=act, update=update, greedy_act=greedy_act)
+
+
+def _probe_config() -> TD3Config:
+    return TD3Config(actor_learning_rate=1e-3, critic_learning_rate=3e-3, buffer_size=4_096, batch_size=64,
+                     gradient_steps=8, policy_delay=1, learning_starts=512, hidden_sizes=(32, 32), gamma=0.9)
+
+
+def _exact_config(config: TD3Config, batch: BatchShape) -> TD3Config:
+    """One gradient step on a sample that is the whole batch however it is split (stratified
+    sampling of `N` items from a device holding `N / D` takes each `D` times), without
+    target smoothing's noise, the actor updated on that step."""
+    n = batch.transitions
+    return dataclasses.replace(config, sampling="stratified", buffer_size=max(config.buffer_size, n), batch_size=n,
+                               gradient_steps=1, replay_ratio=None, learning_starts=0, n_step=1, target_noise=0.0,
+                               policy_delay=1)
+
+
+ALGORITHM = Algorithm(
+    name="td3", config=TD3Config, make=make_td3, check_batch=TD3Config.check_batch, action_spaces=(BoxSpec,),
+    probe_config=_probe_config, probe_steps=20_000, exact_config=_exact_config, step_metrics=STEP_METRICS,
+)
