@@ -135,7 +135,8 @@ def test_every_float_field_refuses_infinity_naming_it():
 
 
 def test_presets_are_one_module_per_algorithm():
-    """Each `experiments/presets_<algorithm>.py` (beside `presets_common.py`) is named after
+    """Each `experiments/presets_<algorithm>.py` (beside `presets_common.py`, and
+    `presets_suites.py` for the optional environment suites) is named after
     a registered algorithm and holds `<ALGORITHM>_PRESETS`: that algorithm's presets, named
     `<algorithm>-...-<architecture>`; the built-in presets are exactly their union (the
     others are registered by plugins)."""
@@ -145,15 +146,18 @@ def test_presets_are_one_module_per_algorithm():
     modules = sorted(name.removeprefix("presets_").removesuffix(".py") for name in os.listdir(here)
                      if name.startswith("presets_") and name.endswith(".py"))
     modules.remove("common")
+    modules.remove("suites")  # the optional environment suites' presets, whatever their algorithm
     assert set(modules) <= set(algorithms()), modules
     union = {}
-    for algorithm in modules:
-        presets = getattr(importlib.import_module(f"experiments.presets_{algorithm}"), f"{algorithm.upper()}_PRESETS")
+    for module in modules + ["suites"]:
+        presets = getattr(importlib.import_module(f"experiments.presets_{module}"), f"{module.upper()}_PRESETS")
         for name, make in presets.items():
             config = make()
             arch = type(config.arch).__name__.removesuffix("Config").lower()
+            algorithm = module if module != "suites" else name.split("-")[0]
             assert type(config.agent) is algorithms()[algorithm].config, name
-            assert name.startswith(f"{algorithm}-") and name.endswith(f"-{arch}"), name
+            # `<algorithm>-...-<architecture>[-<variant>]` (ppo-pong-sebulba-fast)
+            assert name.startswith(f"{algorithm}-") and (name.endswith(f"-{arch}") or f"-{arch}-" in name), name
         union.update(presets)
     assert union == {name: make for name, make in PRESETS.items() if name in presets_module._BUILTIN}
 
