@@ -150,7 +150,8 @@ def test_presets_are_one_module_per_algorithm():
     assert set(modules) <= set(algorithms()), modules
     union = {}
     for module in modules + ["suites"]:
-        presets = getattr(importlib.import_module(f"experiments.presets_{module}"), f"{module.upper()}_PRESETS")
+        constant = "SUITE_PRESETS" if module == "suites" else f"{module.upper()}_PRESETS"
+        presets = getattr(importlib.import_module(f"experiments.presets_{module}"), constant)
         for name, make in presets.items():
             config = make()
             arch = type(config.arch).__name__.removesuffix("Config").lower()
