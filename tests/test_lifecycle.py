@@ -66,12 +66,13 @@ def test_resume_with_another_config_is_a_clear_error(tmp_path):
         train_lib.resume(str(tmp_path / "run"))
     # A checkpoint of an older podracer, saved without its config, is still checked array by array.
     from anakin import runner
+    from anakin.program import checkpointed
 
     with Checkpointer(checkpoint_dir(str(tmp_path / "run"))) as checkpoints:
-        state, progress = checkpoints.restore(runner.initial_state(TINY, runner.setup(TINY)))
+        state, progress = checkpoints.restore(checkpointed(runner.initial_state(TINY, runner.setup(TINY))))
     shutil.rmtree(checkpoint_dir(str(tmp_path / "run")))
     with Checkpointer(checkpoint_dir(str(tmp_path / "run"))) as checkpoints:
-        checkpoints.save(state, progress)
+        checkpoints.save(state, progress)  # the layout a run without a population saves
     with pytest.raises(CheckpointMismatchError, match=r"critic_torso.*\(2, 64\) in the checkpoint but float32\(2, 32\)"):
         train_lib.resume(str(tmp_path / "run"))
 
