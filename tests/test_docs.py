@@ -28,7 +28,7 @@ SITE = sorted(os.path.relpath(path, REPO) for path in glob.glob(os.path.join(REP
 DOCS = ["README.md", "ARCHITECTURE.md", "CHANGELOG.md"] + SITE
 SOURCES = DOCS + sorted(os.path.relpath(path, REPO) for path in glob.glob(os.path.join(REPO, "experiments", "presets*.py")))
 # Presets the README names as a user's own (registered through PODRACER_IMPORT), not built in.
-USER_PRESETS = {"walk-ppo-anakin"}
+USER_PRESETS = {"walk-ppo-anakin", "ppo-toycatch-anakin"}  # and the plugins guide's toy plugin
 # Placeholders the README's commands use for values, and what stands in for them here.
 PLACEHOLDER_VALUES = {"N": "2", "PROCESS_ID": "1", "K": "1"}
 OWN_OPTIONS = {"train": ("--resume", "--cpu-devices"), "launch-local": ("--resume", "--cpu-devices", "-n",
@@ -93,13 +93,21 @@ def test_documented_command_resolves(path, command):
     """The command's options exist (argparse, as the command line parses them), its
     presets exist, and its `--section.field VALUE` overrides apply to the preset's config."""
     tokens = _tokens(command)
-    if not tokens:  # `podracer` alone
+    if not tokens or USER_PRESETS & set(tokens):  # `podracer` alone; a user's or plugin's preset
         return
     args, rest = build_parser().parse_known_args(tokens)
+    population = None
     if args.command in OWN_OPTIONS:
         preset, rest = preset_and_overrides(tokens[1:], OWN_OPTIONS[args.command])
         rest = [token for token in rest if token not in ("-h", "--help")]
         presets = [] if preset is None or _is_placeholder(preset) else [preset]
+        if args.command == "train":  # --sweep, --sweep-samples, --sweep-each, as `podracer train` reads them
+            from experiments.sweep import split_population_args
+
+            population = split_population_args(rest)
+            rest = population.rest
+    elif args.command == "bench" and args.arch == "gpu":  # its own parts and presets
+        presets = []
     elif args.command == "bench":
         if args.arch == "prefix" and args.preset is None and args.run_dir is None:
             args.preset = f"dqn-prefix{args.bits}-sebulba"
@@ -109,7 +117,15 @@ def test_documented_command_resolves(path, command):
         return
     for preset in presets:
         assert preset in all_presets(), f"{path}: `{command}` names no preset {preset!r}"
-        config = apply_overrides(all_presets()[preset](), rest)  # ConfigError naming a field that is not there
+        config = all_presets()[preset]()
+        if population is not None:
+            from experiments.sweep import with_population_args
+
+            config = with_population_args(config, population.sweeps, population.samples)
+        config = apply_overrides(config, rest)  # ConfigError naming a field that is not there
+        for entry in population.each if population is not None else []:
+            field = entry.partition("=")[0]
+            assert field in field_paths(config), f"{path}: `{command}` sweeps no field {field!r}"
         if args.command == "bench" and args.arch == "prefix":
             from experiments.prefix.bench import check_agent_config
 
