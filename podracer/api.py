@@ -207,7 +207,7 @@ class Presets:
 
     def register(self, name: str, make: Callable[[], Config], overwrite: bool = False) -> None:
         """Add a preset of your own; the `podracer` command sees it when the module that
-        registers it is named in `$PODRACER_IMPORT`.
+        registers it is named in `$PODRACER_IMPORT`, or is a `podracer.plugins` entry point.
 
         Args:
             name: a word that does not start with '-' and is not a built-in preset's name.

@@ -230,12 +230,13 @@ ENVIRONMENT = [
     "## Environment variables", "",
     "| variable | meaning |", "|---|---|",
     "| `PODRACER_IMPORT` | comma-separated modules every command imports first: your environments, algorithms and "
-    "presets ([guide](../guides/jax-environment.md#from-the-command-line)) |",
+    "presets ([guide](../guides/jax-environment.md#from-the-command-line)); an installed package uses the "
+    "`podracer.plugins` entry points instead ([plugins](../guides/plugins.md)) |",
     "| `PODRACER_COMPILATION_CACHE` | where compiled programs are kept (default `~/.cache/podracer/jax`); `off` turns "
     "the cache off ([first run](../getting-started/first-run.md#the-compilation-cache)) |",
     "| `PODRACER_COMPILATION_CACHE_MAX_MB` | the cache's bound, least recently used out (default 2048) |",
     "| `PODRACER_PREFIX_CACHE` | the prefix adders' synthesis cache "
-    "(default `~/.cache/podracer/prefix-synthesis.jsonl`) |",
+    "(default `~/.cache/podracer/prefix-synthesis-<toolchain hash>.jsonl`) |",
     "| `PODRACER_NOTEBOOK_STEPS` | the notebooks' budget when the test suite runs them |",
     "| `XLA_FLAGS` | e.g. `--xla_force_host_platform_device_count=4` fakes 4 CPU devices (as `--cpu-devices 4`) |",
     "",

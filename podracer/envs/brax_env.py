@@ -7,10 +7,8 @@ wraps Brax's raw environment (`brax.envs.get_environment`, no Brax wrappers): Br
 `BoxSpec` in `[-1, 1]` (Brax's convention; `JaxEnv.step` clips to it).
 
 The physics pipeline is Brax's `positional` one (`BraxEnv(name, backend=...)` picks
-another): Brax's default, `generalized`, solves contacts with jaxopt, whose loop fails
-`jax.shard_map`'s replication check (a `lax.cond` branch returns a constant where the
-other returns a device-varying value), and Anakin runs every environment inside a
-`shard_map`. Checked with brax 0.14.2 and jax 0.10.2 on a CPU. MuJoCo Playground
+another, e.g. Brax's default `generalized`, which solves contacts with jaxopt). Checked with
+brax 0.14.2 and jax 0.10.2 on a CPU. MuJoCo Playground
 (`playground` 0.2.0) also installs against jax 0.10.2 but needs NVIDIA Warp (`warp-lang`);
 it is not adapted here.
 """
