@@ -164,6 +164,87 @@ def stream_continues(replay: Replay, local: Any, obs: Array) -> Array:
     return (replay.size(local) >= B) & same_observations(previous, obs)
 
 
+class ReplaySchedule(NamedTuple):
+    """One update's replay bookkeeping, decided before any gradient step (DQN, SAC, TD3).
+
+    local:      this device's buffer with the trajectory added.
+    env_steps:  the run's env steps after this update (all devices).
+    learn:      `bool []`: the update learns (`learning_starts` reached, and a step to sample
+                past the held-back ones in every buffer).
+    learner:    the learner state, `replay_credit` and `learning_env_steps` advanced.
+    num_steps:  `int32 []`: the gradient steps earned (fractions carried), <= `max_steps`.
+    max_steps:  the static bound of the gradient-step loop.
+    per_update: gradient steps per update earned at `replay_ratio`.
+    received:   env steps this update brought (all devices).
+    """
+
+    local: Any
+    env_steps: Count
+    learn: Array
+    learner: Any
+    num_steps: Array
+    max_steps: int
+    per_update: float
+    received: int
+
+
+def schedule_replay(config: Any, replay: Replay, state: AgentState, steps: Any, batch: tuple[int, int],
+                    axis_name: parallel.AxisName) -> ReplaySchedule:
+    """Add an update's `steps` (a `[T, B]` trajectory's, `batch = (T, B)`) to this device's
+    buffer and decide, from replicated counters so that every device decides alike, whether
+    and how many gradient steps the update takes (`config.replay_ratio`, `learning_starts`).
+
+    Args:
+        config: a replay config (`steps_per_update`, `max_steps_per_update`, `n_step`,
+            `learning_starts`); DQN's or SAC/TD3's.
+        replay: the buffer.
+        state: the agent state before the update (`params.env_steps`, `opt_state` with
+            `replay_credit` and `learning_env_steps`, `local` the buffer).
+        steps: the steps to add, time-major and flattened as the buffer stores them.
+        batch: `(T, B)` of the trajectory.
+        axis_name: the device axis (None: one device).
+
+    Returns:
+        The `ReplaySchedule`.
+    """
+    T, B = batch
+    num_devices = 1 if axis_name is None else jax.lax.axis_size(axis_name)
+    per_update = config.steps_per_update(T * B)  # static: shapes are known when tracing
+    max_steps = config.max_steps_per_update(T * B)
+    hold_back = (config.n_step - 1) * B  # the newest steps, whose successors are still to come
+    local = replay.add(state.local, steps, hold_back)
+    received = T * B * num_devices
+    env_steps = state.params.env_steps.add(received)
+    # Learning needs `learning_starts` env steps, and a step to sample past the held-back
+    # ones in every buffer (each device has received `env_steps / num_devices` steps).
+    learn = env_steps.ge(max(config.learning_starts, num_devices * (hold_back + 1)))
+    learner = state.opt_state
+    credit = learner.replay_credit + jnp.where(learn, jnp.float32(per_update), 0.0)
+    num_steps = jnp.minimum(jnp.floor(credit).astype(jnp.int32), max_steps)
+    learner = learner._replace(
+        replay_credit=credit - num_steps.astype(jnp.float32),
+        learning_env_steps=learner.learning_env_steps.add(jnp.where(learn, received, 0)),
+    )
+    return ReplaySchedule(local, env_steps, learn, learner, num_steps, max_steps, per_update, received)
+
+
+def replay_metrics(config: Any, replay: Replay, schedule: ReplaySchedule, learner: Any, batch: tuple[int, int],
+                   axis_name: parallel.AxisName) -> dict[str, Array]:
+    """The replay metrics every replay agent logs: `learning`, `gradient_steps`,
+    `replay_size`, `replay_ratio` (asked) and `replay_ratio_achieved` (gradient steps x
+    global batch per env step since learning began), from `learner` after the steps."""
+    T, B = batch
+    num_devices = 1 if axis_name is None else jax.lax.axis_size(axis_name)
+    learned = learner.gradient_steps.as_float() * (config.batch_size * num_devices)
+    seen = learner.learning_env_steps.as_float()
+    return dict(
+        learning=schedule.learn.astype(jnp.float32), gradient_steps=schedule.num_steps.astype(jnp.float32),
+        replay_size=parallel.pmean(replay.size(schedule.local).astype(jnp.float32), axis_name),
+        replay_ratio=jnp.float32(schedule.per_update * config.batch_size / (T * B)),
+        replay_ratio_achieved=jnp.where(seen > 0, learned / jnp.maximum(seen, 1.0), 0.0),
+    )
+
+
 def transitions_at(replay: Replay, local: Any, indices: Array, envs: int, config: DQNConfig) -> Transition:
     """The n-step `Transition`s `[M]` of the steps in slots `indices [M]` of a buffer filled by
     `envs` environments: each step with the chain of its `n - 1` successors, `envs` slots
@@ -269,43 +350,21 @@ def make_dqn(
     def update(state: AgentState, traj: Trajectory, key: PRNGKey):
         T, B = traj.reward.shape
         num_devices = 1 if axis_name is None else jax.lax.axis_size(axis_name)
-        per_update = config.steps_per_update(T * B)  # static: shapes are known when tracing
-        max_steps = config.max_steps_per_update(T * B)
-        hold_back = (config.n_step - 1) * B  # the newest steps, whose successors are still to come
         steps = to_steps(traj, stream_continues(replay, state.local, jax.tree.map(lambda x: x[0], traj.obs)))
-        local = replay.add(state.local, steps, hold_back)
-        received = T * B * num_devices
-        env_steps = state.params.env_steps.add(received)
-        # Learning needs `learning_starts` env steps, and a step to sample past the held-back
-        # ones in every buffer (each device has received `env_steps / num_devices` steps):
-        # both from replicated counters, so every device decides alike.
-        learn = env_steps.ge(max(config.learning_starts, num_devices * (hold_back + 1)))
-        learner = state.opt_state
-        credit = learner.replay_credit + jnp.where(learn, jnp.float32(per_update), 0.0)
-        num_steps = jnp.minimum(jnp.floor(credit).astype(jnp.int32), max_steps)
-        learner = learner._replace(
-            replay_credit=credit - num_steps.astype(jnp.float32),
-            learning_env_steps=learner.learning_env_steps.add(jnp.where(learn, received, 0)),
-        )
+        schedule = schedule_replay(config, replay, state, steps, (T, B), axis_name)
         # Prioritized replay's importance exponent, annealed linearly from its initial value
         # over the env steps of the updates that learn: 1 in the last one.
-        learning_steps = learning_updates(config, num_updates, T, B, num_devices) * received
-        progress = jnp.minimum(learner.learning_env_steps.as_float() / learning_steps, 1.0)
+        learning_steps = learning_updates(config, num_updates, T, B, num_devices) * schedule.received
+        progress = jnp.minimum(schedule.learner.learning_env_steps.as_float() / learning_steps, 1.0)
         beta = config.importance_exponent + (1.0 - config.importance_exponent) * progress
         online, learner, local, metrics = learn_steps(
-            state.params.online, learner, local, key, num_steps, max_steps, beta, B
+            state.params.online, schedule.learner, schedule.local, key, schedule.num_steps, schedule.max_steps, beta, B
         )
-        learned = learner.gradient_steps.as_float() * (config.batch_size * num_devices)
-        seen = learner.learning_env_steps.as_float()
         if config.prioritized:
             metrics["importance_exponent"] = beta
-        metrics.update(
-            epsilon=epsilon(env_steps.as_float()), learning=learn.astype(jnp.float32),
-            gradient_steps=num_steps.astype(jnp.float32),
-            replay_size=parallel.pmean(replay.size(local).astype(jnp.float32), axis_name),
-            replay_ratio=jnp.float32(per_update * config.batch_size / (T * B)),
-            replay_ratio_achieved=jnp.where(seen > 0, learned / jnp.maximum(seen, 1.0), 0.0),
-        )
+        metrics.update(epsilon=epsilon(schedule.env_steps.as_float()),
+                       **replay_metrics(config, replay, schedule._replace(local=local), learner, (T, B), axis_name))
+        env_steps = schedule.env_steps
         return AgentState(DQNParams(online, env_steps), learner, state.update_count + 1, local), metrics
 
     def learn_steps(online: Params, learner: DQNLearnerState, local: Any, key: PRNGKey, num_steps: Array,

@@ -22,7 +22,7 @@ import numpy as np
 from podracer import parallel
 from podracer.agents import common
 from podracer.agents.continuous.config import ReplayActorCriticConfig
-from podracer.agents.dqn import Step, sample_transitions, stream_continues
+from podracer.agents.dqn import Step, replay_metrics, sample_transitions, schedule_replay, stream_continues
 from podracer.config import ConfigError
 from podracer.counters import Count
 from podracer.replay import Replay, Transition, make_replay
@@ -121,22 +121,10 @@ def make_replay_update(config: ReplayActorCriticConfig, replay: Replay, learn_on
 
     def update(state: AgentState, traj: Trajectory, key: PRNGKey):
         T, B = traj.reward.shape
-        num_devices = 1 if axis_name is None else jax.lax.axis_size(axis_name)
-        per_update = config.steps_per_update(T * B)
-        max_steps = config.max_steps_per_update(T * B)
-        hold_back = (config.n_step - 1) * B  # the newest steps, whose successors are still to come
         steps = to_steps(traj, stream_continues(replay, state.local, jax.tree.map(lambda x: x[0], traj.obs)))
-        local = replay.add(state.local, steps, hold_back)
-        received = T * B * num_devices
-        env_steps = state.params.env_steps.add(received)
-        # from replicated counters, so every device decides alike
-        learn = env_steps.ge(max(config.learning_starts, num_devices * (hold_back + 1)))
-        learner = state.opt_state
-        credit = learner.replay_credit + jnp.where(learn, jnp.float32(per_update), 0.0)
-        num_steps = jnp.minimum(jnp.floor(credit).astype(jnp.int32), max_steps)
-        learner = learner._replace(replay_credit=credit - num_steps.astype(jnp.float32),
-                                   learning_env_steps=learner.learning_env_steps.add(jnp.where(learn, received, 0)))
-        keys = jax.random.split(key, max_steps)
+        schedule = schedule_replay(config, replay, state, steps, (T, B), axis_name)
+        local, learner, num_steps = schedule.local, schedule.learner, schedule.num_steps
+        keys = jax.random.split(key, schedule.max_steps)
 
         def one_step(actor: Params, learner: ContinuousLearnerState, key: PRNGKey):
             sample_key, learn_key = jax.random.split(key)
@@ -155,14 +143,8 @@ def make_replay_update(config: ReplayActorCriticConfig, replay: Replay, learn_on
         actor, learner, sums = jax.lax.fori_loop(0, num_steps, body, (state.params.actor, learner, sums))
         metrics = parallel.pmean(jax.tree.map(lambda x: x / jnp.maximum(num_steps, 1).astype(x.dtype), sums),
                                  axis_name)
-        learned = learner.gradient_steps.as_float() * (config.batch_size * num_devices)
-        seen = learner.learning_env_steps.as_float()
-        metrics.update(
-            learning=learn.astype(jnp.float32), gradient_steps=num_steps.astype(jnp.float32),
-            replay_size=parallel.pmean(replay.size(local).astype(jnp.float32), axis_name),
-            replay_ratio=jnp.float32(per_update * config.batch_size / (T * B)),
-            replay_ratio_achieved=jnp.where(seen > 0, learned / jnp.maximum(seen, 1.0), 0.0),
-        )
+        metrics.update(replay_metrics(config, replay, schedule, learner, (T, B), axis_name))
+        env_steps = schedule.env_steps
         return AgentState(ContinuousParams(actor, env_steps), learner, state.update_count + 1, local), metrics
 
     def varying(tree: Any) -> Any:
