@@ -73,7 +73,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 def cmd_plot(args: argparse.Namespace) -> None:
     from experiments.plot import plot_runs
 
-    if args.smooth < 1:  # a moving average over no rows; it used to mean 1 silently
+    if args.smooth < 1:  # a moving average over no rows
         fail(f"--smooth must be >= 1 (rows averaged), got {args.smooth}")
     if args.lineage:
         from experiments.lineage import plot_lineage

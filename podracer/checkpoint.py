@@ -274,13 +274,13 @@ def _version() -> str:
 def _check_host(host: dict[str, Any], saved: dict[str, list[Any]], expected: dict[str, list[Any]]) -> None:
     """`check_signatures`, naming what the checkpoint was written on where it differs from
     this session: the devices and processes (per-device state has an axis of each device's
-    share), and the podracer version (a later version may shape some state differently,
-    e.g. one-hot observations since 0.2.0)."""
+    share), and the podracer version (another version may shape some state differently,
+    e.g. one-hot observations; CHANGELOG.md lists the versions whose checkpoints differ)."""
     try:
         check_signatures(saved, expected)
     except CheckpointMismatchError as error:
         devices, processes = host.get("devices"), host.get("processes")  # absent from older checkpoints
-        written_by = host.get("version") or "before 0.2.0"  # saved since 0.2.0
+        written_by = host.get("version") or "before 0.2.0"  # a checkpoint without a version record
         notes = ""
         if devices is not None and (devices, processes) != (jax.device_count(), jax.process_count()):
             notes += (f": the checkpoint was written on {_devices(devices, processes)}, this session has "

@@ -1,7 +1,7 @@
 """`podracer bench prefix`: the agent's Pareto front against simulated annealing, random
-search and Pareto local search under one budget of unique syntheses (issue #16's target,
-annealing and random search; Roy et al., PrefixRL, DAC 2021, compare their agent with such
-searches). Pareto local search is what an agent restarting from its front
+search and Pareto local search under one budget of unique syntheses (Roy et al., PrefixRL,
+DAC 2021, compare their agent with annealing and random search). Pareto local search is
+what an agent restarting from its front
 (`--env.params front_restarts=...`) does with random edits instead of a learned policy.
 
     podracer bench prefix --bits 16 --budget 2000 --out runs/bench-prefix16

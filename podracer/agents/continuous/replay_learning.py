@@ -22,7 +22,8 @@ import numpy as np
 from podracer import parallel
 from podracer.agents import common
 from podracer.agents.continuous.config import ReplayActorCriticConfig
-from podracer.agents.dqn import Step, replay_metrics, sample_transitions, schedule_replay, stream_continues
+from podracer.agents.dqn import Step, sample_transitions, stream_continues
+from podracer.agents.replay_schedule import replay_metrics, schedule_replay
 from podracer.config import ConfigError
 from podracer.counters import Count
 from podracer.replay import Replay, Transition, make_replay
