@@ -7,7 +7,7 @@ replaced by its initial value (zeros) *before* the core reads observation `t`. A
 applies `ResetCore` once per environment step with the flags the runner carries; the runner
 records them in the trajectory (`Trajectory.start`) with the state before the sequence
 (`Trajectory.core`), and the learner's `unroll` applies the same flags from that state, so
-both see the same states (`tests/test_networks_recurrent.py`, `tests/test_recurrent.py`).
+both see the same states (`tests/networks/test_recurrent.py`, `tests/agents/test_recurrent.py`).
 """
 
 from __future__ import annotations

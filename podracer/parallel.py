@@ -5,7 +5,7 @@ enter replicated are *device-invariant*; differentiating a per-device loss with 
 to them already sums the gradient over the mesh (the transpose of the implicit broadcast),
 and a `pmean` on top leaves that N-times-too-large sum unchanged. `value_and_mean_grad`
 casts the parameters to device-varying first, so the gradient is the local one, and then
-averages it with `lax.pmean`: the pmap data-parallel model. `tests/test_parallel.py`
+averages it with `lax.pmean`: the pmap data-parallel model. `tests/core/test_parallel.py`
 checks that N devices give the gradient of the same global batch on one.
 """
 

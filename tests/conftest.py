@@ -1,7 +1,7 @@
 """Test setup: 4 fake CPU devices, set before JAX initialises its backends, and a
 persistent compilation cache shared by the tests (and their subprocesses) of one session,
 so that the many small runs of identical programs compile once; and the `variant` fixture
-of the pure-function tests. Other shared helpers are in tests/helpers.py."""
+of the pure-function tests; and a marker per folder. Other shared helpers are in tests/support/."""
 
 import atexit
 import os
@@ -76,10 +76,22 @@ def variant(request):
     return jax.jit if request.param == "jit" else (lambda f: f)
 
 
+# The folders of tests/, each a marker (`pytest -m ops`, as `pytest tests/ops`): the library's
+# packages, the runners, the application layer, and the cross-cutting suites.
+FOLDERS = ("agents", "anakin", "core", "envs", "experiments", "integration", "networks", "ops", "replay",
+           "runner", "sebulba", "support")
+_TESTS = os.path.dirname(os.path.abspath(__file__))
+
+
 def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist every worker shares the machine's cores with the others, so a
-    test takes up to that many times longer: stretch each test's timeout (a guard against
-    hangs, never a speed check) by the number of workers."""
+    """Mark each test with its top folder under tests/ (FOLDERS). Under pytest-xdist every
+    worker shares the machine's cores with the others, so a test takes up to that many times
+    longer: stretch each test's timeout (a guard against hangs, never a speed check) by the
+    number of workers."""
+    for item in items:
+        folder = os.path.relpath(str(item.path), _TESTS).split(os.sep)[0]
+        if folder in FOLDERS:
+            item.add_marker(getattr(pytest.mark, folder))
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers <= 1:
         return

@@ -2,7 +2,7 @@
 
 An `Algorithm` names a config class, the factory that builds its `Agent`, its (mandatory)
 batch check and the action spaces it supports; `register_algorithm` adds one, and
-`tests/test_contract.py` then runs the whole agent contract over it with no new test code.
+`tests/integration/test_contract.py` then runs the whole agent contract over it with no new test code.
 Runners go through `make_checked_agent`, which refuses, before anything compiles, an
 algorithm paired with an action space it does not declare, masked observations it would
 ignore, or a batch it cannot split; `checked_update` enforces the metrics rule of
