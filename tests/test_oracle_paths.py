@@ -23,8 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from podracer.agents import ImpalaConfig, PPOConfig, make_agent
-from podracer.agents import actor_critic, common
+from podracer.agents import ImpalaConfig, PPOConfig, actor_critic, common, make_agent
 from podracer.agents.common import CATEGORICAL
 from podracer.agents.normalization import with_normalization
 from podracer.agents.ppo import gae_from_values, vtrace_advantages_and_targets
@@ -58,11 +57,14 @@ def recurrent_setup(kind: str, seed: int = 0):
     for the oracle to step, and an acted trajectory: observations drawn at random, actions
     and extras from `model.act` stepped one observation at a time with the `start` flags a
     runner records, from a random (non-initial) core state."""
-    model = actor_critic.make_actor_critic_model("mlp", (HIDDEN,), "tanh", False, OBS_SPEC, ACTION_SPEC,
-                                                 CATEGORICAL, core=kind, core_size=CORE)
-    net = actor_critic.RecurrentActorCritic(common.make_torso("mlp", (HIDDEN,), "tanh", OBS_SPEC),
-                                            ResetCore(kind, CORE),
-                                            actor_critic._heads(HIDDEN, "tanh", False, ACTION_SPEC, 0.0))
+    model = actor_critic.make_actor_critic_model(
+        "mlp", (HIDDEN,), "tanh", False, OBS_SPEC, ACTION_SPEC, CATEGORICAL, core=kind, core_size=CORE
+    )
+    net = actor_critic.RecurrentActorCritic(
+        common.make_torso("mlp", (HIDDEN,), "tanh", OBS_SPEC),
+        ResetCore(kind, CORE),
+        actor_critic._heads(HIDDEN, "tanh", False, ACTION_SPEC, 0.0),
+    )
     params = model.init(jax.random.key(seed))
     rng = np.random.default_rng(seed + 1)
     terminated, truncated, first = episode_ends(seed)
@@ -78,9 +80,17 @@ def recurrent_setup(kind: str, seed: int = 0):
         action, extra, state = act(params, obs[t], jax.random.key(100 + t), state, start[t])
         actions.append(action)
         extras.append(extra)
-    traj = Trajectory(obs, np.stack(actions), rng.normal(size=(T, B)).astype(np.float32), terminated, truncated,
-                      next_obs, jax.tree.map(lambda *x: np.stack(x), *extras), start=start,
-                      core=jax.tree.map(lambda x: x[None], core))
+    traj = Trajectory(
+        obs,
+        np.stack(actions),
+        rng.normal(size=(T, B)).astype(np.float32),
+        terminated,
+        truncated,
+        next_obs,
+        jax.tree.map(lambda *x: np.stack(x), *extras),
+        start=start,
+        core=jax.tree.map(lambda x: x[None], core),
+    )
     return model, net, params, jax.device_get(traj)
 
 
@@ -92,13 +102,13 @@ def per_episode_oracle(net, params, traj):
     step = jax.jit(lambda state, obs: net.step(params, state, obs, jnp.zeros(1, bool)))
     logits, value, next_value = np.zeros((T, B, A)), np.zeros((T, B)), np.zeros((T, B))
     for b in range(B):
-        state = jax.tree.map(lambda x: x[0, b:b + 1], traj.core)
+        state = jax.tree.map(lambda x: x[0, b : b + 1], traj.core)
         for t in range(T):
             if traj.start[t, b]:
                 state = net.core.initial_state(1)
-            state, (out, v) = step(state, traj.obs[t, b:b + 1])
+            state, (out, v) = step(state, traj.obs[t, b : b + 1])
             logits[t, b], value[t, b] = out[0], v[0]
-            next_value[t, b] = step(state, traj.next_obs[t, b:b + 1])[1][1][0]
+            next_value[t, b] = step(state, traj.next_obs[t, b : b + 1])[1][1][0]
     return logits, value, next_value
 
 
@@ -156,11 +166,24 @@ def test_recurrent_ppo_advantages_are_rlax_gae_on_each_episode(recurrent):
     model, params, traj, (_, value, next_value) = recurrent
     discount = GAMMA * (1.0 - traj.terminated)
     end = traj.terminated | traj.truncated
-    expected = np.stack([gae_episode_by_episode(traj.reward[:, b], discount[:, b], value[:, b], next_value[:, b],
-                                                LAMBDA, end[:, b]) for b in range(B)], axis=1)
+    expected = np.stack(
+        [
+            gae_episode_by_episode(traj.reward[:, b], discount[:, b], value[:, b], next_value[:, b], LAMBDA, end[:, b])
+            for b in range(B)
+        ],
+        axis=1,
+    )
     assert np.abs(expected).mean() > 0.1
-    config = PPOConfig(num_epochs=1, num_minibatches=1, normalize_advantages=False, gamma=GAMMA, gae_lambda=LAMBDA,
-                       hidden_sizes=(HIDDEN,), core=model_kind(traj), core_size=CORE)
+    config = PPOConfig(
+        num_epochs=1,
+        num_minibatches=1,
+        normalize_advantages=False,
+        gamma=GAMMA,
+        gae_lambda=LAMBDA,
+        hidden_sizes=(HIDDEN,),
+        core=model_kind(traj),
+        core_size=CORE,
+    )
     _, got_value, got_next = model.outputs(params, traj)
     _, advantage, target = gae_from_values(config, traj, got_value, got_next)
     np.testing.assert_allclose(advantage, expected, rtol=1e-4, atol=1e-5)
@@ -184,20 +207,55 @@ def test_recurrent_vtrace_updates_are_rlax_vtrace_on_each_episode(recurrent, alg
     traj = traj._replace(extras={**traj.extras, "log_prob": behaviour})
     discount, end = GAMMA * (1.0 - traj.terminated), traj.terminated | traj.truncated
     rho = np.exp(log_prob - behaviour)
-    errors, pg_advantage = (np.stack(x, axis=1) for x in zip(*[
-        vtrace_episode_by_episode(traj.reward[:, b], discount[:, b], value[:, b], next_value[:, b], rho[:, b],
-                                  LAMBDA, end[:, b], clip_rho=1.5, clip_pg_rho=1.2) for b in range(B)], strict=True))
+    errors, pg_advantage = (
+        np.stack(x, axis=1)
+        for x in zip(
+            *[
+                vtrace_episode_by_episode(
+                    traj.reward[:, b],
+                    discount[:, b],
+                    value[:, b],
+                    next_value[:, b],
+                    rho[:, b],
+                    LAMBDA,
+                    end[:, b],
+                    clip_rho=1.5,
+                    clip_pg_rho=1.2,
+                )
+                for b in range(B)
+            ],
+            strict=True,
+        )
+    )
     assert np.abs(errors).mean() > 0.1
     kind = model_kind(traj)
     if algorithm == "impala":
-        config = ImpalaConfig(num_epochs=1, num_minibatches=1, gamma=GAMMA, vtrace_lambda=LAMBDA,
-                              hidden_sizes=(HIDDEN,), clip_rho_threshold=1.5, clip_pg_rho_threshold=1.2,
-                              core=kind, core_size=CORE)
+        config = ImpalaConfig(
+            num_epochs=1,
+            num_minibatches=1,
+            gamma=GAMMA,
+            vtrace_lambda=LAMBDA,
+            hidden_sizes=(HIDDEN,),
+            clip_rho_threshold=1.5,
+            clip_pg_rho_threshold=1.2,
+            core=kind,
+            core_size=CORE,
+        )
         expected_pg = -np.mean(log_prob * pg_advantage)
     else:
-        config = PPOConfig(advantage="vtrace", num_epochs=1, num_minibatches=1, normalize_advantages=False,
-                           gamma=GAMMA, vtrace_lambda=LAMBDA, hidden_sizes=(HIDDEN,), clip_rho_threshold=1.5,
-                           clip_pg_rho_threshold=1.2, core=kind, core_size=CORE)
+        config = PPOConfig(
+            advantage="vtrace",
+            num_epochs=1,
+            num_minibatches=1,
+            normalize_advantages=False,
+            gamma=GAMMA,
+            vtrace_lambda=LAMBDA,
+            hidden_sizes=(HIDDEN,),
+            clip_rho_threshold=1.5,
+            clip_pg_rho_threshold=1.2,
+            core=kind,
+            core_size=CORE,
+        )
         got_traj, advantage, target = vtrace_advantages_and_targets(model, CATEGORICAL, config, params, traj)
         np.testing.assert_allclose(advantage, pg_advantage, rtol=1e-4, atol=1e-5)
         np.testing.assert_allclose(target, errors + value, rtol=1e-4, atol=1e-5)
@@ -226,10 +284,14 @@ def first_step_metrics(config, params, traj):
 
 # --- observation normalisation and reward scaling: the trajectory the learner receives ----
 
+
 def recording_agent() -> Agent:
     """An agent whose update hands back the trajectory it was given, as its metrics."""
-    return Agent(init=lambda key: AgentState({}, (), jnp.zeros((), jnp.int32)), act=None,
-                 update=lambda state, traj, key: (state, traj))
+    return Agent(
+        init=lambda key: AgentState({}, (), jnp.zeros((), jnp.int32)),
+        act=None,
+        update=lambda state, traj, key: (state, traj),
+    )
 
 
 def discounted_returns_loop(reward, end, gamma):
@@ -250,16 +312,31 @@ def test_normalized_update_sees_obs_and_next_obs_normalised_and_rewards_scaled()
     `obs_clip`), and rewards divided by the standard deviation of every discounted return so
     far (the first trajectory's and its own), clipped at `reward_clip`; the statistics end as
     NumPy's over everything merged."""
-    agent = with_normalization(recording_agent(), ObsSpec((2,), jnp.float32), normalize_observations=True,
-                               obs_clip=2.5, scale_rewards=True, reward_clip=1.0, gamma=GAMMA, axis_name=None)
+    agent = with_normalization(
+        recording_agent(),
+        ObsSpec((2,), jnp.float32),
+        normalize_observations=True,
+        obs_clip=2.5,
+        scale_rewards=True,
+        reward_clip=1.0,
+        gamma=GAMMA,
+        axis_name=None,
+    )
     rng = np.random.default_rng(0)
 
     def trajectory():
         obs = (3.0 + rng.normal(size=(T, B, 2)) * [1.0, 4.0]).astype(np.float32)
         next_obs = (-2.0 + rng.normal(size=(T, B, 2)) * 5.0).astype(np.float32)  # far from obs: clips too
         end = rng.uniform(size=(T, B)) < 0.2
-        return Trajectory(obs, np.zeros((T, B), np.int32), rng.normal(1.0, 2.0, (T, B)).astype(np.float32),
-                          end & (rng.uniform(size=(T, B)) < 0.5), end, next_obs, {})
+        return Trajectory(
+            obs,
+            np.zeros((T, B), np.int32),
+            rng.normal(1.0, 2.0, (T, B)).astype(np.float32),
+            end & (rng.uniform(size=(T, B)) < 0.5),
+            end,
+            next_obs,
+            {},
+        )
 
     first, second = trajectory(), trajectory()
     first = first._replace(truncated=first.truncated & ~first.terminated)
@@ -271,8 +348,7 @@ def test_normalized_update_sees_obs_and_next_obs_normalised_and_rewards_scaled()
     raw = first.obs.reshape(-1, 2)
     mean, std = raw.mean(0), np.sqrt(raw.var(0) + 1e-8)
     np.testing.assert_allclose(seen.obs, np.clip((second.obs - mean) / std, -2.5, 2.5), rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(seen.next_obs, np.clip((second.next_obs - mean) / std, -2.5, 2.5), rtol=1e-4,
-                               atol=1e-5)
+    np.testing.assert_allclose(seen.next_obs, np.clip((second.next_obs - mean) / std, -2.5, 2.5), rtol=1e-4, atol=1e-5)
     assert (np.abs(seen.next_obs) == 2.5).any() and (np.abs(seen.next_obs) < 2.5).any()
 
     returns = [discounted_returns_loop(t.reward, t.terminated | t.truncated, GAMMA) for t in (first, second)]
