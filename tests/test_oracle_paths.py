@@ -10,6 +10,9 @@ sequences, `forward` / `train_forward`), the advantages the recurrent PPO update
 (GAE, V-trace) and the losses of the first step of recurrent PPO and IMPALA updates, whose
 advantages and targets must be rlax's on each episode alone.
 
+An observation wrapper (`EnvConfig.observe`) is checked on what Anakin's rollout records:
+`obs` and `next_obs`, final observations at terminations and time limits included.
+
 Observation normalisation and reward scaling (`with_normalization`) are checked on the
 trajectory the wrapped agent's update receives: `obs` *and* `next_obs` normalised with the
 statistics acting used, rewards scaled by the standard deviation of the discounted return
@@ -23,10 +26,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from anakin.rollout import reset_envs, rollout
 from podracer.agents import ImpalaConfig, PPOConfig, actor_critic, common, make_agent
 from podracer.agents.common import CATEGORICAL
 from podracer.agents.normalization import with_normalization
 from podracer.agents.ppo import gae_from_values, vtrace_advantages_and_targets
+from podracer.config import EnvConfig
+from podracer.envs import make_configured_jax_env
 from podracer.networks_recurrent import ResetCore
 from podracer.ops import categorical_log_prob
 from podracer.types import Agent, AgentState, DiscreteSpec, ObsSpec, Trajectory
@@ -358,3 +364,33 @@ def test_normalized_update_sees_obs_and_next_obs_normalised_and_rewards_scaled()
     everything = np.concatenate([raw, second.obs.reshape(-1, 2)])
     np.testing.assert_allclose(state.params.obs_stats.mean, everything.mean(0), rtol=1e-4)
     np.testing.assert_allclose(state.params.obs_stats.var, everything.var(0), rtol=1e-3)
+
+
+# --- an observation wrapper: obs, next_obs and final observations through the rollout -----
+
+
+def test_observed_env_selects_the_same_entries_of_obs_next_obs_and_final_observations():
+    """`EnvConfig.observe` on CartPole with a 12-step time limit, through Anakin's rollout
+    (what the learner receives), against the unwrapped environment under the same keys and
+    actions: `obs` and `next_obs` are its entries (2, 0), at terminations and at time limits
+    (where `next_obs` is the final observation, not the next episode's first) alike."""
+
+    def act(params, obs, key):
+        return jax.random.randint(key, obs.shape[:1], 0, 2), {}
+
+    agent = Agent(init=None, act=act, update=None)
+
+    def trajectory(observe):
+        env = make_configured_jax_env(EnvConfig("CartPole-v1", params=("max_steps_in_episode=12",), observe=observe))
+        params = env.default_params
+        run = jax.jit(lambda key: rollout(env, params, agent, None, reset_envs(env, params, key, 16), key, 40)[1])
+        return jax.device_get(run(jax.random.key(0)))
+
+    full, observed = trajectory(()), trajectory((2, 0))
+    assert full.truncated.any() and full.terminated.any()
+    np.testing.assert_array_equal(observed.obs, full.obs[..., [2, 0]])
+    np.testing.assert_array_equal(observed.next_obs, full.next_obs[..., [2, 0]])
+    ended = full.truncated[:-1] | full.terminated[:-1]
+    assert (full.next_obs[:-1][ended] != full.obs[1:][ended]).all()  # final observations, not resets
+    for field in ("reward", "terminated", "truncated"):
+        np.testing.assert_array_equal(getattr(observed, field), getattr(full, field))
