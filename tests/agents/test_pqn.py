@@ -71,12 +71,19 @@ def test_targets_bootstrap_from_behaviour_q_where_episodes_go_on():
     next_obs = traj.next_obs.at[:-1].set(jnp.where(cont, traj.obs[1:], traj.next_obs[:-1]))
     traj = traj._replace(next_obs=next_obs)
     assert bool(jnp.any(traj.truncated[:-1])) and bool(jnp.any(traj.terminated))
-    from podracer import ops
-
-    q_next = network.apply(params.online, next_obs)
-    discount = 0.99 * (1.0 - traj.terminated)
-    expected = jax.vmap(ops.q_lambda_targets, in_axes=(1, 1, 1, None, 1), out_axes=1)(
-        traj.reward, discount, q_next, 0.95, traj.terminated | traj.truncated)
+    # The reference, independent of `ops.q_lambda_targets`: Peng's Q(lambda) by a backward
+    # loop, G_t = r_t + d_t ((1 - lambda) max_a Q(next_obs_t, a) + lambda G_{t+1}), cut where
+    # the episode ended (G_t = r_t + d_t max_a Q) and at the end of the rollout.
+    v_next = np.asarray(network.apply(params.online, next_obs)).max(-1)
+    reward, end = np.asarray(traj.reward), np.asarray(traj.terminated | traj.truncated)
+    discount = 0.99 * (1.0 - np.asarray(traj.terminated))
+    expected = np.zeros_like(reward)
+    for b in range(reward.shape[1]):
+        g = 0.0
+        for t in reversed(range(reward.shape[0])):
+            lam = 0.0 if end[t, b] or t == reward.shape[0] - 1 else 0.95
+            g = reward[t, b] + discount[t, b] * ((1.0 - lam) * v_next[t, b] + lam * g)
+            expected[t, b] = g
     got = jax.jit(pqn.q_lambda_targets, static_argnums=(0, 3, 4))(network, params.online, traj, 0.99, 0.95)
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 

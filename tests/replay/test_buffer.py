@@ -46,13 +46,14 @@ def test_insert_overwrites_oldest_and_samples_only_inserted(prioritized):
     assert int(replay.size(state)) == 0
     state = replay.add(state, items(np.arange(1, 6)))  # 1..5
     assert int(replay.size(state)) == 5
-    sample = many_samples(replay, state)
+    # 128 batches of 8, 1024 draws: a bug drawing an empty slot 1% of the time passes with p = 0.99**1024 < 4e-5
+    sample = many_samples(replay, state, n=128)
     assert set(np.asarray(sample.items["id"]).tolist()) <= {1, 2, 3, 4, 5}
     np.testing.assert_array_equal(sample.items["obs"][:, 1], -sample.items["obs"][:, 0])  # items stay whole
     state = replay.add(state, items(np.arange(6, 12)))  # 6..11: 1, 2, 3 are overwritten
     assert int(replay.size(state)) == 8
     assert sorted(np.asarray(state.experience["id"]).ravel().tolist()) == list(range(4, 12))
-    ids = np.asarray(many_samples(replay, state).items["id"])
+    ids = np.asarray(many_samples(replay, state, n=128).items["id"])  # 1024 draws
     assert set(ids.tolist()) <= set(range(4, 12)) and len(set(ids.tolist())) >= 6
 
 
@@ -68,7 +69,9 @@ def test_prioritized_sampling_follows_priorities():
     ids = [10, 20, 30, 40]  # held at buffer indices 0..3
     # Priorities 1 : 3 : 0 : 0 (alpha = 1).
     state = replay.set_priorities(state, jnp.arange(4), jnp.array([1.0, 3.0, 0.0, 0.0]))
-    sample = many_samples(replay, state, n=128, key=jax.random.key(1), beta=1.0)
+    # 256 batches of 4, 1024 draws: a bug drawing a zero-priority item 1% of the time passes with
+    # p = 0.99**1024 < 4e-5; the frequency bounds are 5 standard deviations (0.0135) from 3/4.
+    sample = many_samples(replay, state, n=256, key=jax.random.key(1), beta=1.0)
     drawn = np.asarray(sample.items["id"])
     assert set(drawn.tolist()) <= {ids[0], ids[1]}
     assert 0.68 < np.mean(drawn == ids[1]) < 0.82
@@ -157,7 +160,8 @@ def test_set_priorities_ignores_slots_that_hold_nothing():
     state = replay.set_priorities(state, jnp.array([2, 7, 9, 12]), jnp.array([5.0, 5.0, 5.0, 5.0]))
     np.testing.assert_array_equal(tree_levels(state.sum_tree_state)[-1][:10], [1, 1, 5, 1, 0, 0, 0, 0, 0, 0])
     assert_exact_sum_tree(state.sum_tree_state, 4)
-    assert set(np.asarray(many_samples(replay, state).indices).tolist()) == {0, 1, 2, 3}
+    # 128 batches of 10, 1280 draws: a slot that holds nothing drawn 1% of the time passes with p < 3e-6
+    assert set(np.asarray(many_samples(replay, state, n=128).indices).tolist()) == {0, 1, 2, 3}
 
 
 def test_prioritized_sampling_follows_priorities_when_capacity_is_not_a_power_of_two():
@@ -176,7 +180,7 @@ def test_held_back_items_are_sampled_only_once_released(prioritized):
     replay = replay_lib.make_replay(capacity=16, batch_size=8, prioritized=prioritized)
     add = jax.jit(replay.add, static_argnames="hold_back")
     sample = jax.jit(jax.vmap(replay.sample, in_axes=(None, 0, None, None)), static_argnums=3)
-    keys = jax.random.split(jax.random.key(0), 32)
+    keys = jax.random.split(jax.random.key(0), 128)  # 128 batches of 8: 1024 draws, p(miss a 1% bug) < 4e-5
     state = add(replay.init(EXAMPLE), items([0, 1, 2, 3, 4, 5]), hold_back=4)
     drawn = np.asarray(sample(state, keys, 0.4, 4).items["id"])
     assert set(drawn.ravel().tolist()) == {0, 1}
