@@ -36,7 +36,7 @@ from podracer.envs import make_configured_jax_env
 from podracer.networks_recurrent import ResetCore
 from podracer.ops import categorical_log_prob
 from podracer.types import Agent, AgentState, DiscreteSpec, ObsSpec, Trajectory
-from tests.helpers import gae_episode_by_episode, vtrace_episode_by_episode
+from tests.support.helpers import gae_episode_by_episode, vtrace_episode_by_episode
 
 pytestmark = pytest.mark.timeout(120)
 
