@@ -48,10 +48,12 @@ import jax.numpy as jnp
 import optax
 
 from podracer import networks, ops, parallel, torsos
-from podracer.agents import common
 from podracer.agents.dqn_config import DQNConfig
+from podracer.agents.minibatches import flatten_time_batch
+from podracer.agents.networks import TORSOS, init_params, make_torso
 from podracer.agents.registry import Algorithm
 from podracer.agents.replay_schedule import replay_metrics, schedule_replay
+from podracer.agents.sgd import check_step_metrics, global_norm
 from podracer.counters import Count
 from podracer.replay import Replay, ReplaySample, Transition, make_replay, same_observations
 from podracer.types import (
@@ -115,10 +117,10 @@ def make_q_network(config: DQNConfig, obs_spec: ObservationSpec, action_spec: Di
     """The Q-network `config.torso` names: a built-in torso under a Q head, or a registered
     one (`podracer.torsos`) with `config.torso_options`, under a Q head unless it outputs
     action values itself."""
-    if config.torso not in common.TORSOS:
+    if config.torso not in TORSOS:
         module, outputs = torsos.make_registered(config.torso, config.torso_options, obs_spec, action_spec)
         return module if outputs == "action_values" else networks.QNetwork(action_spec.num_actions, module)
-    torso = common.make_torso(config.torso, config.hidden_sizes, config.activation, obs_spec)
+    torso = make_torso(config.torso, config.hidden_sizes, config.activation, obs_spec)
     return networks.QNetwork(action_spec.num_actions, torso)
 
 
@@ -136,7 +138,7 @@ def to_steps(traj: Trajectory, continues: Array) -> Step:
     """A `[T, B]` trajectory as `T * B` replay steps, time-major (`[T * B, ...]`);
     `continues [B]`: each environment's first step follows its last stored one."""
     first = jnp.zeros(traj.reward.shape, bool).at[0].set(~continues)
-    return common.flatten_time_batch(Step(traj.obs, traj.action.astype(jnp.int32), traj.reward,
+    return flatten_time_batch(Step(traj.obs, traj.action.astype(jnp.int32), traj.reward,
                                           traj.terminated, traj.truncated, traj.next_obs, first))
 
 
@@ -223,7 +225,7 @@ def make_learn_on_batch(
         target = jax.tree.map(lambda new, old: jnp.where(due, new, old),
                               optax.incremental_update(online, learner.target, config.target_update_tau),
                               learner.target)
-        metrics["grad_norm"] = common.global_norm(grads)
+        metrics["grad_norm"] = global_norm(grads)
         return online, learner._replace(optimizer=opt_state, target=target, gradient_steps=steps), metrics, td
 
     return learn_on_batch
@@ -250,7 +252,7 @@ def make_dqn(
     epsilon = epsilon_schedule(config)
 
     def init(key: PRNGKey) -> AgentState:
-        online = common.init_params(network, key, obs_spec)
+        online = init_params(network, key, obs_spec)
         learner = DQNLearnerState(optimizer.init(online), online, Count.zeros(), jnp.zeros((), jnp.float32),
                                   Count.zeros())
         return AgentState(DQNParams(online, Count.zeros()), learner, jnp.zeros((), jnp.int32),
@@ -306,7 +308,7 @@ def make_dqn(
             return online, learner, local, jax.tree.map(jnp.add, sums, metrics)
 
         shapes = jax.eval_shape(one_step, online, learner, local, keys[0])[-1]
-        common.check_step_metrics(shapes, STEP_METRICS, "dqn")
+        check_step_metrics(shapes, STEP_METRICS, "dqn")
         sums = varying(jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes))
         carry = (online, learner, local, sums)
         if config.unroll_sgd:

@@ -17,14 +17,17 @@ import jax.numpy as jnp
 import optax
 
 from podracer import parallel
-from podracer.agents import common
+from podracer.agents.acting import CATEGORICAL
 from podracer.agents.actor_critic import check_model_fields, make_actor_critic_model
-from podracer.agents.common import CATEGORICAL
+from podracer.agents.minibatches import sequence_minibatches
+from podracer.agents.networks import ACTIVATIONS, TORSOS
 from podracer.agents.registry import Algorithm
 from podracer.agents.replay_mixing import check_replay, with_replay
+from podracer.agents.schedules import learning_rate
+from podracer.agents.sgd import make_init, make_sgd_epochs
 from podracer.config import check
-from podracer.ops import categorical_log_prob, entropy_loss
-from podracer.types import Agent, AgentState, BatchShape, DiscreteSpec, ObservationSpec, PRNGKey, Trajectory
+from podracer.ops import VTraceOutput, categorical_log_prob, entropy_loss, vtrace_td_error_and_advantage
+from podracer.types import Agent, AgentState, Array, BatchShape, DiscreteSpec, ObservationSpec, PRNGKey, Trajectory
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,10 +86,10 @@ class ImpalaConfig:
               self.clip_pg_rho_threshold)
         check(self.entropy_coef >= 0, "agent.entropy_coef", "must be >= 0", self.entropy_coef)
         check(self.value_coef >= 0, "agent.value_coef", "must be >= 0", self.value_coef)
-        check(self.torso in common.TORSOS, "agent.torso", f"must be one of {common.TORSOS}", self.torso)
+        check(self.torso in TORSOS, "agent.torso", f"must be one of {TORSOS}", self.torso)
         check(len(self.hidden_sizes) > 0 and min(self.hidden_sizes) > 0,
               "agent.hidden_sizes", "must be positive sizes", self.hidden_sizes)
-        check(self.activation in common.ACTIVATIONS, "agent.activation", f"must be one of {common.ACTIVATIONS}",
+        check(self.activation in ACTIVATIONS, "agent.activation", f"must be one of {ACTIVATIONS}",
               self.activation)
         check(0 <= self.replay_fraction < 1, "agent.replay_fraction", "must be in [0, 1)", self.replay_fraction)
         check(self.replay_capacity >= 1, "agent.replay_capacity", "must be >= 1", self.replay_capacity)
@@ -106,6 +109,33 @@ class ImpalaConfig:
               f"must divide the {what} (minibatches are whole sequences)", self.num_minibatches)
 
 
+def vtrace_on_trajectory(
+    traj: Trajectory,
+    value: Array,
+    next_value: Array,
+    log_prob: Array,
+    gamma: float,
+    lambda_: float,
+    clip_rho_threshold: float,
+    clip_pg_rho_threshold: float,
+) -> VTraceOutput:
+    """V-trace over a `[T, B]` trajectory (vmapped over B), each output `[T, B]`.
+
+    value / next_value: `V(obs)` and `V(next_obs)` under the current parameters; log_prob:
+    the current policy's `log pi(action|obs)`; the behaviour's is `traj.extras["log_prob"]`.
+    Terminated steps do not bootstrap; terminated or truncated ones cut the trace, and a
+    truncated one bootstraps from `V(next_obs)`, its final observation. No gradient flows
+    through the importance ratios, `next_value` or the targets.
+    """
+    rho = jax.lax.stop_gradient(jnp.exp(log_prob - traj.extras["log_prob"]))
+    discount = gamma * (1.0 - traj.terminated.astype(jnp.float32))
+    end = traj.terminated | traj.truncated
+    vtrace = jax.vmap(vtrace_td_error_and_advantage, in_axes=(1, 1, 1, 1, 1, None, None, None, None, 1),
+                      out_axes=1)
+    return vtrace(value, jax.lax.stop_gradient(next_value), traj.reward, discount, rho,
+                  lambda_, clip_rho_threshold, clip_pg_rho_threshold, True, end)
+
+
 def make_optimizer(config: ImpalaConfig, num_steps: int) -> optax.GradientTransformation:
     """Global-norm clipping then RMSProp (the paper's) or Adam, with optional linear decay.
 
@@ -113,7 +143,7 @@ def make_optimizer(config: ImpalaConfig, num_steps: int) -> optax.GradientTransf
     (not 0) and epsilon is added inside the square root, `g / sqrt(ms + eps)`; optax's
     `initial_scale=1.0` and `eps_in_sqrt=True` give the same steps (from 0, the first steps
     would be up to `1 / sqrt(1 - decay)` = 10x larger)."""
-    lr = common.learning_rate(config.learning_rate, config.anneal_lr, num_steps)
+    lr = learning_rate(config.learning_rate, config.anneal_lr, num_steps)
     if config.optimizer == "rmsprop":
         base = optax.rmsprop(lr, decay=config.rmsprop_decay, eps=config.rmsprop_eps, initial_scale=1.0,
                              eps_in_sqrt=True)
@@ -143,14 +173,14 @@ def make_impala(
     )
     optimizer = make_optimizer(config, num_updates * config.num_epochs * config.num_minibatches)
 
-    init = common.make_init(model.init, optimizer)
+    init = make_init(model.init, optimizer)
 
     def loss_fn(params, traj: Trajectory):
         """The IMPALA loss over a `[T, B]` minibatch of whole sequences (plus, with a latent,
         the reconstruction loss of its observations)."""
         logits, value, next_value, reconstruction = model.train_outputs(params, traj)
         log_prob = categorical_log_prob(logits, traj.action)
-        vtrace = common.vtrace_on_trajectory(
+        vtrace = vtrace_on_trajectory(
             traj, value, next_value, log_prob, config.gamma, config.vtrace_lambda,
             config.clip_rho_threshold, config.clip_pg_rho_threshold,
         )
@@ -174,8 +204,8 @@ def make_impala(
 
     grad_fn = parallel.value_and_mean_grad(loss_fn, axis_name, has_aux=True)
 
-    sgd_epochs = common.make_sgd_epochs(
-        grad_fn, optimizer, common.sequence_minibatches, config.num_epochs, config.num_minibatches,
+    sgd_epochs = make_sgd_epochs(
+        grad_fn, optimizer, sequence_minibatches, config.num_epochs, config.num_minibatches,
         unroll=config.unroll_sgd,
     )
 

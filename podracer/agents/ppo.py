@@ -20,12 +20,16 @@ import jax.numpy as jnp
 import optax
 
 from podracer import parallel
-from podracer.agents import common
+from podracer.agents.acting import apply_time_major
 from podracer.agents.actor_critic import ActorCriticModel, check_model_fields, make_actor_critic_model
+from podracer.agents.impala import vtrace_on_trajectory
+from podracer.agents.networks import ACTIVATIONS, TORSOS
 from podracer.agents.normalization import with_normalization
 from podracer.agents.policies import Policy, policy_for
 from podracer.agents.registry import Algorithm
 from podracer.agents.replay_mixing import check_replay, with_replay
+from podracer.agents.schedules import learning_rate
+from podracer.agents.sgd import make_init, make_sgd_epochs
 from podracer.config import check
 from podracer.ops import clipped_surrogate_loss, clipped_value_loss, gae_advantages
 from podracer.types import (
@@ -109,10 +113,10 @@ class PPOConfig:
         check(self.value_coef >= 0, "agent.value_coef", "must be >= 0", self.value_coef)
         check(self.max_grad_norm > 0, "agent.max_grad_norm", "must be > 0", self.max_grad_norm)
         check(self.adam_eps > 0, "agent.adam_eps", "must be > 0", self.adam_eps)
-        check(self.torso in common.TORSOS, "agent.torso", f"must be one of {common.TORSOS}", self.torso)
+        check(self.torso in TORSOS, "agent.torso", f"must be one of {TORSOS}", self.torso)
         check(len(self.hidden_sizes) > 0 and min(self.hidden_sizes) > 0,
               "agent.hidden_sizes", "must be positive sizes", self.hidden_sizes)
-        check(self.activation in common.ACTIVATIONS, "agent.activation", f"must be one of {common.ACTIVATIONS}",
+        check(self.activation in ACTIVATIONS, "agent.activation", f"must be one of {ACTIVATIONS}",
               self.activation)
         # exp(+-20): a standard deviation from 2e-9 to 5e8; beyond, float32 log-probabilities
         # and samples overflow (+-90 compiled, then stopped on a non-finite loss)
@@ -166,7 +170,7 @@ def make_ppo(
         latent_size=config.latent_size, reconstruction=config.reconstruction,
     )
     steps_per_update = config.num_epochs * config.num_minibatches
-    lr = common.learning_rate(config.learning_rate, config.anneal_lr, num_updates * steps_per_update)
+    lr = learning_rate(config.learning_rate, config.anneal_lr, num_updates * steps_per_update)
     # Over one flat vector of all parameters (the same steps): a handful of kernels per
     # optimizer step instead of a few per parameter array, which is most of a small
     # network's update on CPU, and fewer kernels to compile.
@@ -175,7 +179,7 @@ def make_ppo(
         optax.adam(lr, eps=config.adam_eps),
     ))
 
-    init = common.make_init(model.init, optimizer)
+    init = make_init(model.init, optimizer)
 
     def loss_fn(params, minibatch):
         inputs, action, behaviour_log_prob, old_value, advantage, target = minibatch
@@ -206,7 +210,7 @@ def make_ppo(
         advantage = normalize_per_minibatch(advantage, axis_name)
         return inputs, action, behaviour_log_prob, old_value, advantage, target
 
-    sgd_epochs = common.make_sgd_epochs(
+    sgd_epochs = make_sgd_epochs(
         grad_fn, optimizer, model.minibatches, config.num_epochs, config.num_minibatches,
         unroll=config.unroll_sgd, prepare_epoch=normalize_advantages if config.normalize_advantages else None,
     )
@@ -286,7 +290,7 @@ def gae_values(network, params, traj: Trajectory) -> tuple[jax.Array, jax.Array,
     """
     _, last = network.apply(params, split_mask(jax.tree.map(lambda x: x[-1], traj.next_obs))[0])
     if "value" not in traj.extras:
-        value, stale = common.apply_time_major(network, params, traj.obs)[1], jnp.zeros((), bool)
+        value, stale = apply_time_major(network, params, traj.obs)[1], jnp.zeros((), bool)
     else:
         behaviour = traj.extras["value"]
         _, first = network.apply(params, split_mask(jax.tree.map(lambda x: x[0], traj.obs))[0])
@@ -294,13 +298,13 @@ def gae_values(network, params, traj: Trajectory) -> tuple[jax.Array, jax.Array,
 
         # Loops that run their body at most once: `lax.cond` fails under vmap in shard_map.
         def recompute(carry):
-            return jnp.zeros_like(carry[0]), common.apply_time_major(network, params, traj.obs)[1]
+            return jnp.zeros_like(carry[0]), apply_time_major(network, params, traj.obs)[1]
 
         value = jax.lax.while_loop(lambda carry: carry[0], recompute, (stale, behaviour))[1]
     shifted = jnp.concatenate([value[1:], last[None]])
 
     def with_truncations(carry):
-        _, exact = common.apply_time_major(network, params, traj.next_obs)
+        _, exact = apply_time_major(network, params, traj.next_obs)
         return jnp.zeros_like(carry[0]), jnp.where(traj.truncated, exact, carry[1])
 
     pending = jnp.any(traj.truncated[:-1])
@@ -322,7 +326,7 @@ def vtrace_advantages_and_targets(model: ActorCriticModel, policy: Policy, confi
     """
     out, value, next_value = model.outputs(params, traj)
     log_prob = policy.log_prob(out, policy.policy_action(traj.action, traj.extras))
-    vtrace = common.vtrace_on_trajectory(
+    vtrace = vtrace_on_trajectory(
         traj, value, next_value, log_prob, config.gamma, config.vtrace_lambda,
         config.clip_rho_threshold, config.clip_pg_rho_threshold,
     )

@@ -20,10 +20,10 @@ import jax.numpy as jnp
 import optax
 
 from podracer import ops, parallel
-from podracer.agents.common import check_step_metrics, global_norm
 from podracer.agents.muzero.config import MuZeroConfig
 from podracer.agents.muzero.losses import muzero_loss, unroll_model, unroll_targets
 from podracer.agents.muzero.networks import MuZeroNetwork
+from podracer.agents.sgd import check_step_metrics, global_norm
 from podracer.counters import Count
 from podracer.replay import same_observations
 from podracer.replay_sequence import (
