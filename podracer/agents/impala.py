@@ -10,7 +10,7 @@ averaged over `axis_name` by `parallel.value_and_mean_grad`.
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+from typing import Callable, Literal
 
 import jax
 import jax.numpy as jnp
@@ -27,7 +27,17 @@ from podracer.agents.schedules import learning_rate
 from podracer.agents.sgd import make_init, make_sgd_epochs
 from podracer.config import check
 from podracer.ops import VTraceOutput, categorical_log_prob, entropy_loss, vtrace_td_error_and_advantage
-from podracer.types import Agent, AgentState, Array, BatchShape, DiscreteSpec, ObservationSpec, PRNGKey, Trajectory
+from podracer.types import (
+    Agent,
+    AgentState,
+    Array,
+    BatchShape,
+    DiscreteSpec,
+    ObservationSpec,
+    Params,
+    PRNGKey,
+    Trajectory,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,6 +162,58 @@ def make_optimizer(config: ImpalaConfig, num_steps: int) -> optax.GradientTransf
     return optax.chain(optax.clip_by_global_norm(config.max_grad_norm), base)
 
 
+def impala_loss(
+    params: Params,
+    outputs: Callable[[Params, Trajectory], tuple[Array, Array, Array, Array]],
+    traj: Trajectory,
+    config: ImpalaConfig,
+) -> tuple[Array, dict[str, Array]]:
+    """IMPALA's loss over whole sequences (Espeholt et al. 2018, section 4.2): the policy
+    gradient with V-trace's advantages `rho_s (r_s + gamma v_{s+1} - V(x_s))`, plus
+    `value_coef` times the baseline's `0.5 (v_s - V(x_s))^2`, minus `entropy_coef` times the
+    entropy bonus, plus with a latent `reconstruction_coef` times the reconstruction loss.
+
+    Args:
+      params: the parameters differentiated.
+      outputs: `(params, traj) -> (logits [T, B, A], V(obs) [T, B], V(next_obs) [T, B], aux)`,
+        the model's `train_outputs`; `aux` is the scalar reconstruction loss (0 without a latent).
+      traj: a `[T, B]` minibatch of whole sequences; `traj.extras["log_prob"]` is the
+        behaviour policy's `log mu(a|x)`.
+      config: the hyperparameters read: `gamma`, `vtrace_lambda`, `clip_rho_threshold`,
+        `clip_pg_rho_threshold`, `value_coef`, `entropy_coef`, `latent_size`,
+        `reconstruction_coef`; any of the numbers may be traced (a population's members).
+
+    Returns:
+      `(loss, metrics)`: the scalar loss (no gradient through V-trace's advantages, targets
+      or importance weights), and scalars `loss`, `pg_loss`, `value_loss`, `entropy`,
+      `approx_kl` (behaviour to current, `mean((rho - 1) - log rho)`), `rho_clip_fraction`
+      (the share of `rho` above `clip_rho_threshold`), and with a latent `reconstruction_loss`.
+    """
+    logits, value, next_value, reconstruction = outputs(params, traj)
+    log_prob = categorical_log_prob(logits, traj.action)
+    vtrace = vtrace_on_trajectory(
+        traj, value, next_value, log_prob, config.gamma, config.vtrace_lambda,
+        config.clip_rho_threshold, config.clip_pg_rho_threshold,
+    )
+    pg_loss = -jnp.mean(log_prob * jax.lax.stop_gradient(vtrace.pg_advantage))
+    value_loss = 0.5 * jnp.mean(jnp.square(vtrace.errors))
+    neg_entropy = entropy_loss(logits)
+    loss = pg_loss + config.value_coef * value_loss + config.entropy_coef * neg_entropy
+    log_rho = log_prob - traj.extras["log_prob"]
+    metrics = {
+        "loss": loss,
+        "pg_loss": pg_loss,
+        "value_loss": value_loss,
+        "entropy": -neg_entropy,
+        "approx_kl": jnp.mean(jnp.expm1(log_rho) - log_rho),
+        "rho_clip_fraction": jnp.mean(log_rho > jnp.log(config.clip_rho_threshold)),
+    }
+    if config.latent_size > 0:
+        loss = loss + config.reconstruction_coef * reconstruction
+        metrics.update(loss=loss, reconstruction_loss=reconstruction)
+    return loss, metrics
+
+
 def make_impala(
     config: ImpalaConfig,
     obs_spec: ObservationSpec,
@@ -175,32 +237,8 @@ def make_impala(
 
     init = make_init(model.init, optimizer)
 
-    def loss_fn(params, traj: Trajectory):
-        """The IMPALA loss over a `[T, B]` minibatch of whole sequences (plus, with a latent,
-        the reconstruction loss of its observations)."""
-        logits, value, next_value, reconstruction = model.train_outputs(params, traj)
-        log_prob = categorical_log_prob(logits, traj.action)
-        vtrace = vtrace_on_trajectory(
-            traj, value, next_value, log_prob, config.gamma, config.vtrace_lambda,
-            config.clip_rho_threshold, config.clip_pg_rho_threshold,
-        )
-        pg_loss = -jnp.mean(log_prob * jax.lax.stop_gradient(vtrace.pg_advantage))
-        value_loss = 0.5 * jnp.mean(jnp.square(vtrace.errors))
-        neg_entropy = entropy_loss(logits)
-        loss = pg_loss + config.value_coef * value_loss + config.entropy_coef * neg_entropy
-        log_rho = log_prob - traj.extras["log_prob"]
-        metrics = {
-            "loss": loss,
-            "pg_loss": pg_loss,
-            "value_loss": value_loss,
-            "entropy": -neg_entropy,
-            "approx_kl": jnp.mean(jnp.expm1(log_rho) - log_rho),
-            "rho_clip_fraction": jnp.mean(log_rho > jnp.log(config.clip_rho_threshold)),
-        }
-        if config.latent_size > 0:
-            loss = loss + config.reconstruction_coef * reconstruction
-            metrics.update(loss=loss, reconstruction_loss=reconstruction)
-        return loss, metrics
+    def loss_fn(params: Params, traj: Trajectory) -> tuple[Array, dict[str, Array]]:
+        return impala_loss(params, model.train_outputs, traj, config)
 
     grad_fn = parallel.value_and_mean_grad(loss_fn, axis_name, has_aux=True)
 

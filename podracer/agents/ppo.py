@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Literal
+from typing import Any, Callable, Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -40,6 +40,7 @@ from podracer.types import (
     BoxSpec,
     DiscreteSpec,
     ObservationSpec,
+    Params,
     PRNGKey,
     Trajectory,
     split_mask,
@@ -149,6 +150,66 @@ class PPOConfig:
               self.num_minibatches)
 
 
+class PPOBatch(NamedTuple):
+    """What PPO's loss reads of a batch, every leaf led by the same axes: `[N]` flat
+    transitions (feed-forward) or `[T, b]` whole sequences (recurrent core)."""
+
+    inputs: Any  # what the model's `train_forward` reads: observations (recurrent: with starts and core states)
+    action: jax.Array  # the action the policy's log-probability is taken of (a Gaussian's unclipped sample)
+    log_prob: jax.Array  # log-probability of `action` under the policy the ratio is taken against
+    value: jax.Array  # `V(obs)` at the update's start: the centre of the value clip
+    advantage: jax.Array
+    target: jax.Array  # the value target
+
+
+def ppo_loss(
+    params: Params,
+    forward: Callable[[Params, Any], tuple[Any, jax.Array, jax.Array]],
+    policy: Policy,
+    batch: PPOBatch,
+    config: PPOConfig,
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """PPO's loss (Schulman et al. 2017, eq. 9): the clipped surrogate (eq. 7), plus
+    `value_coef` times the value loss, minus `entropy_coef` times the entropy bonus, plus
+    with a latent `reconstruction_coef` times the auto-encoder's reconstruction loss.
+
+    Args:
+      params: the parameters differentiated.
+      forward: `(params, batch.inputs) -> (out, value, aux)`, the model's `train_forward`:
+        the policy output, `V(obs)` shaped like `batch.action`'s leading axes, and the
+        scalar auxiliary (reconstruction) loss, 0 without a latent.
+      policy: the action distribution of `out` (`log_prob`, `entropy`).
+      batch: a minibatch, `[N]` or `[T, b]` leading every leaf.
+      config: the hyperparameters read: `clip_eps` (the ratio's clip, and the value's with
+        `clip_value`), `value_coef`, `entropy_coef`, `latent_size`, `reconstruction_coef`;
+        any of the numbers may be traced (a population's member hyperparameters).
+
+    Returns:
+      `(loss, metrics)`: the scalar loss, and scalars `loss`, `pg_loss`, `value_loss`,
+      `entropy`, `approx_kl` (`mean((r - 1) - log r)`), `clip_fraction` (the share of
+      ratios outside `1 +- clip_eps`), and with a latent `reconstruction_loss`.
+    """
+    out, value, reconstruction = forward(params, batch.inputs)
+    log_ratio = policy.log_prob(out, batch.action) - batch.log_prob
+    pg_loss = clipped_surrogate_loss(log_ratio, batch.advantage, config.clip_eps)
+    value_loss = clipped_value_loss(value, batch.value, batch.target, config.clip_eps if config.clip_value else None)
+    entropy = policy.entropy(out)
+    loss = pg_loss + config.value_coef * value_loss - config.entropy_coef * entropy
+    ratio = jnp.exp(log_ratio)
+    metrics = {
+        "loss": loss,
+        "pg_loss": pg_loss,
+        "value_loss": value_loss,
+        "entropy": entropy,
+        "approx_kl": jnp.mean((ratio - 1.0) - log_ratio),
+        "clip_fraction": jnp.mean(jnp.abs(ratio - 1.0) > config.clip_eps),
+    }
+    if config.latent_size > 0:
+        loss = loss + config.reconstruction_coef * reconstruction
+        metrics.update(loss=loss, reconstruction_loss=reconstruction)
+    return loss, metrics
+
+
 def make_ppo(
     config: PPOConfig,
     obs_spec: ObservationSpec,
@@ -181,34 +242,13 @@ def make_ppo(
 
     init = make_init(model.init, optimizer)
 
-    def loss_fn(params, minibatch):
-        inputs, action, behaviour_log_prob, old_value, advantage, target = minibatch
-        out, value, reconstruction = model.train_forward(params, inputs)
-        log_ratio = policy.log_prob(out, action) - behaviour_log_prob
-        pg_loss = clipped_surrogate_loss(log_ratio, advantage, config.clip_eps)
-        value_loss = clipped_value_loss(value, old_value, target, config.clip_eps if config.clip_value else None)
-        entropy = policy.entropy(out)
-        loss = pg_loss + config.value_coef * value_loss - config.entropy_coef * entropy
-        ratio = jnp.exp(log_ratio)
-        metrics = {
-            "loss": loss,
-            "pg_loss": pg_loss,
-            "value_loss": value_loss,
-            "entropy": entropy,
-            "approx_kl": jnp.mean((ratio - 1.0) - log_ratio),
-            "clip_fraction": jnp.mean(jnp.abs(ratio - 1.0) > config.clip_eps),
-        }
-        if config.latent_size > 0:
-            loss = loss + config.reconstruction_coef * reconstruction
-            metrics.update(loss=loss, reconstruction_loss=reconstruction)
-        return loss, metrics
+    def loss_fn(params: Params, batch: PPOBatch) -> tuple[jax.Array, dict[str, jax.Array]]:
+        return ppo_loss(params, model.train_forward, policy, batch, config)
 
     grad_fn = parallel.value_and_mean_grad(loss_fn, axis_name, has_aux=True)
 
-    def normalize_advantages(minibatches):
-        inputs, action, behaviour_log_prob, old_value, advantage, target = minibatches
-        advantage = normalize_per_minibatch(advantage, axis_name)
-        return inputs, action, behaviour_log_prob, old_value, advantage, target
+    def normalize_advantages(minibatches: PPOBatch) -> PPOBatch:
+        return minibatches._replace(advantage=normalize_per_minibatch(minibatches.advantage, axis_name))
 
     sgd_epochs = make_sgd_epochs(
         grad_fn, optimizer, model.minibatches, config.num_epochs, config.num_minibatches,
@@ -230,7 +270,7 @@ def make_ppo(
             extra_metrics = {"values_recomputed": recomputed.astype(jnp.float32)}
         action = policy.policy_action(traj.action, traj.extras)
         batch = model.prepare(
-            (model.inputs(traj), action, traj.extras["log_prob"], traj.extras["value"], advantage, target)
+            PPOBatch(model.inputs(traj), action, traj.extras["log_prob"], traj.extras["value"], advantage, target)
         )
         params, opt_state, metrics = sgd_epochs(state.params, state.opt_state, batch, key)
         metrics = parallel.pmean({**metrics, **extra_metrics}, axis_name)

@@ -159,6 +159,29 @@ def q_lambda_targets(network: nn.Module, params: Params, traj: Trajectory, gamma
     return targets(reward_scale * traj.reward, discount, next_q, q_lambda, end)
 
 
+def pqn_loss(
+    params: Params, apply_fn: Callable[[Params, Array], Array], batch: tuple[Array, Array, Array]
+) -> tuple[Array, dict[str, Array]]:
+    """PQN's loss (Gallici et al. 2024, algorithm 1): half the mean squared error between
+    `Q(obs, action)` and the Q(lambda) target computed before the update's epochs
+    (`q_lambda_targets`, no gradient through it).
+
+    Args:
+      params: the Q-network's parameters, differentiated.
+      apply_fn: `(params, obs [N, ...]) -> Q-values [N, A]`.
+      batch: `(obs [N, ...], action int32 [N], target [N])`, a minibatch of transitions.
+
+    Returns:
+      `(loss, metrics)`: the scalar `0.5 mean((target - Q(obs, action))^2)`, and scalars
+      `loss`, `q_mean` (the mean of every Q-value), `td_abs` (the mean absolute TD error).
+    """
+    obs, action, target = batch
+    q = apply_fn(params, obs)
+    td = ops.td_error(q, action, target)
+    loss = 0.5 * jnp.mean(jnp.square(td))
+    return loss, {"loss": loss, "q_mean": jnp.mean(q), "td_abs": jnp.mean(jnp.abs(td))}
+
+
 def make_pqn(
     config: PQNConfig,
     obs_spec: ObservationSpec,
@@ -188,12 +211,8 @@ def make_pqn(
         """The argmax of the Q-values (evaluation: no exploration)."""
         return jnp.argmax(network.apply(params.online, obs), axis=-1)
 
-    def loss_fn(online: Params, minibatch: tuple[Array, Array, Array]):
-        obs, action, target = minibatch
-        q = network.apply(online, obs)
-        td = ops.td_error(q, action, target)
-        loss = 0.5 * jnp.mean(jnp.square(td))
-        return loss, {"loss": loss, "q_mean": jnp.mean(q), "td_abs": jnp.mean(jnp.abs(td))}
+    def loss_fn(online: Params, minibatch: tuple[Array, Array, Array]) -> tuple[Array, dict[str, Array]]:
+        return pqn_loss(online, network.apply, minibatch)
 
     grad_fn = parallel.value_and_mean_grad(loss_fn, axis_name, has_aux=True)
     sgd_epochs = make_sgd_epochs(grad_fn, optimizer, shuffled_minibatches, config.num_epochs,
