@@ -31,15 +31,22 @@ ADVANTAGE = np.array([-1.0, 2.0, 1.0, -0.5], np.float32)
 VALUE = np.array([1.0, 0.3, -0.4, 2.0], np.float32)  # V(obs) under the parameters differentiated
 OLD_VALUE = np.array([0.5, 0.2, 0.0, 1.0], np.float32)  # at the update's start: the clip's centre
 TARGET = np.array([2.0, 0.0, -1.0, 0.0], np.float32)
-PPO = PPOConfig(clip_eps=0.2, value_coef=0.7, entropy_coef=0.3, latent_size=4, shared_torso=True,
-                reconstruction_coef=2.0)
+PPO = PPOConfig(
+    clip_eps=0.2, value_coef=0.7, entropy_coef=0.3, latent_size=4, shared_torso=True, reconstruction_coef=2.0
+)
 RECONSTRUCTION = 0.25
 
 
 def ppo_batch() -> PPOBatch:
     behaviour = log_softmax(LOGITS)[np.arange(4), ACTION] - np.log(RATIO)
-    return PPOBatch(jnp.zeros((4, 1)), jnp.asarray(ACTION), jnp.asarray(behaviour), jnp.asarray(OLD_VALUE),
-                    jnp.asarray(ADVANTAGE), jnp.asarray(TARGET))
+    return PPOBatch(
+        jnp.zeros((4, 1)),
+        jnp.asarray(ACTION),
+        jnp.asarray(behaviour),
+        jnp.asarray(OLD_VALUE),
+        jnp.asarray(ADVANTAGE),
+        jnp.asarray(TARGET),
+    )
 
 
 def ppo_forward(params, inputs):
@@ -63,8 +70,13 @@ def ppo_oracle(config: PPOConfig) -> dict[str, float]:
     loss = pg + config.value_coef * value - config.entropy_coef * entropy
     if config.latent_size > 0:
         loss += config.reconstruction_coef * RECONSTRUCTION
-    return {"loss": loss, "pg_loss": pg, "value_loss": value, "entropy": entropy,
-            "clip_fraction": np.mean(np.abs(RATIO - 1) > eps)}
+    return {
+        "loss": loss,
+        "pg_loss": pg,
+        "value_loss": value,
+        "entropy": entropy,
+        "clip_fraction": np.mean(np.abs(RATIO - 1) > eps),
+    }
 
 
 @pytest.mark.parametrize("clip_value", [True, False])
@@ -79,8 +91,9 @@ def test_ppo_loss_matches_the_clipped_objective_by_hand(clip_value):
     np.testing.assert_allclose(metrics["loss"], loss)
     # The batch is one where each clip changes the number: the test sees if one is lost.
     assert not np.isclose(expected["pg_loss"], -np.mean(RATIO * ADVANTAGE))
-    assert not np.isclose(ppo_oracle(dataclasses.replace(config, clip_value=not clip_value))["value_loss"],
-                          expected["value_loss"])
+    assert not np.isclose(
+        ppo_oracle(dataclasses.replace(config, clip_value=not clip_value))["value_loss"], expected["value_loss"]
+    )
 
 
 def test_ppo_loss_without_a_latent_has_no_reconstruction_term():
@@ -109,15 +122,31 @@ I_VALUE = RNG.normal(size=(T + 1, B)).astype(np.float32)  # V(x_0) .. V(x_T)
 I_REWARD = np.array([[1.0, 0.0], [0.5, -1.0], [2.0, 1.0]], np.float32)
 # log(pi / mu): ratios from 0.4 to 2.7, so both of V-trace's clips (at 1) bind somewhere
 I_LOG_RHO = np.array([[0.5, -0.9], [1.0, 0.2], [-0.3, 0.0]], np.float32)
-IMPALA = ImpalaConfig(gamma=0.9, vtrace_lambda=0.8, clip_rho_threshold=1.0, clip_pg_rho_threshold=1.0,
-                      value_coef=0.7, entropy_coef=0.3, latent_size=4, shared_torso=True, reconstruction_coef=2.0)
+IMPALA = ImpalaConfig(
+    gamma=0.9,
+    vtrace_lambda=0.8,
+    clip_rho_threshold=1.0,
+    clip_pg_rho_threshold=1.0,
+    value_coef=0.7,
+    entropy_coef=0.3,
+    latent_size=4,
+    shared_torso=True,
+    reconstruction_coef=2.0,
+)
 
 
 def impala_traj() -> Trajectory:
     log_pi = log_softmax(I_LOGITS)[np.arange(T)[:, None], np.arange(B)[None], I_ACTION]
     false = jnp.zeros((T, B), bool)
-    return Trajectory(jnp.zeros((T, B, 1)), jnp.asarray(I_ACTION), jnp.asarray(I_REWARD), false, false,
-                      jnp.zeros((T, B, 1)), {"log_prob": jnp.asarray(log_pi - I_LOG_RHO)})
+    return Trajectory(
+        jnp.zeros((T, B, 1)),
+        jnp.asarray(I_ACTION),
+        jnp.asarray(I_REWARD),
+        false,
+        false,
+        jnp.zeros((T, B, 1)),
+        {"log_prob": jnp.asarray(log_pi - I_LOG_RHO)},
+    )
 
 
 def impala_outputs(params, traj):
@@ -149,8 +178,13 @@ def impala_oracle(config: ImpalaConfig) -> dict[str, float]:
     loss = pg + config.value_coef * value - config.entropy_coef * entropy
     if config.latent_size > 0:
         loss += config.reconstruction_coef * 0.25
-    return {"loss": loss, "pg_loss": pg, "value_loss": value, "entropy": entropy,
-            "rho_clip_fraction": np.mean(rho > config.clip_rho_threshold)}
+    return {
+        "loss": loss,
+        "pg_loss": pg,
+        "value_loss": value,
+        "entropy": entropy,
+        "rho_clip_fraction": np.mean(rho > config.clip_rho_threshold),
+    }
 
 
 @pytest.mark.parametrize("latent_size", [4, 0])

@@ -60,7 +60,8 @@ def transitions(legal=None) -> Transition:
 def test_dqn_loss_matches_the_td_error_by_hand(double_q, loss):
     config = DQNConfig(double_q=double_q, loss=loss, huber_delta=1.5)
     value, (metrics, td) = jax.jit(lambda p, t, items, w: dqn_loss(p, t, table, items, w, config))(
-        jnp.asarray(ONLINE), jnp.asarray(TARGET_Q), transitions(), jnp.asarray(WEIGHTS))
+        jnp.asarray(ONLINE), jnp.asarray(TARGET_Q), transitions(), jnp.asarray(WEIGHTS)
+    )
     expected, expected_td = dqn_oracle(config)
     np.testing.assert_allclose(td, expected_td, rtol=1e-6)
     np.testing.assert_allclose(value, expected, rtol=1e-6)
@@ -76,8 +77,9 @@ def test_dqn_loss_bootstraps_over_legal_actions_only():
     legal = np.array([[False, True, True], [True, True, False], [True, False, True], [True, True, True]])
     for double_q in (False, True):
         config = DQNConfig(double_q=double_q, loss="mse")
-        value, (_, td) = dqn_loss(jnp.asarray(ONLINE), jnp.asarray(TARGET_Q), table, transitions(legal),
-                                  jnp.asarray(WEIGHTS), config)
+        value, (_, td) = dqn_loss(
+            jnp.asarray(ONLINE), jnp.asarray(TARGET_Q), table, transitions(legal), jnp.asarray(WEIGHTS), config
+        )
         expected, expected_td = dqn_oracle(config, legal)
         np.testing.assert_allclose(td, expected_td, rtol=1e-6)
         np.testing.assert_allclose(value, expected, rtol=1e-6)
@@ -86,8 +88,11 @@ def test_dqn_loss_bootstraps_over_legal_actions_only():
 
 def test_dqn_loss_gradient_reaches_only_the_taken_actions_of_the_online_network():
     """No gradient through the target (nor through Double DQN's online argmax)."""
-    grad = jax.grad(lambda p: dqn_loss(p, jnp.asarray(TARGET_Q), table, transitions(), jnp.asarray(WEIGHTS),
-                                       DQNConfig(double_q=True, loss="mse"))[0])(jnp.asarray(ONLINE))
+    grad = jax.grad(
+        lambda p: dqn_loss(
+            p, jnp.asarray(TARGET_Q), table, transitions(), jnp.asarray(WEIGHTS), DQNConfig(double_q=True, loss="mse")
+        )[0]
+    )(jnp.asarray(ONLINE))
     _, td = dqn_oracle(DQNConfig(double_q=True, loss="mse"))
     expected = np.zeros_like(ONLINE)
     expected[OBS, ACTION] = -WEIGHTS * td / 4
@@ -96,10 +101,12 @@ def test_dqn_loss_gradient_reaches_only_the_taken_actions_of_the_online_network(
 
 # --- PQN -------------------------------------------------------------------------------
 
+
 def test_pqn_loss_is_half_the_mean_squared_td_error():
     target = np.array([2.0, 0.0, -1.0, 3.0], np.float32)
     loss, metrics = jax.jit(lambda p, b: pqn_loss(p, table, b))(
-        jnp.asarray(ONLINE), (jnp.asarray(OBS), jnp.asarray(ACTION), jnp.asarray(target)))
+        jnp.asarray(ONLINE), (jnp.asarray(OBS), jnp.asarray(ACTION), jnp.asarray(target))
+    )
     td = target - ONLINE[OBS, ACTION]
     np.testing.assert_allclose(loss, 0.5 * np.mean(td**2), rtol=1e-6)
     np.testing.assert_allclose(metrics["td_abs"], np.mean(np.abs(td)), rtol=1e-6)
@@ -117,9 +124,15 @@ def test_pqn_q_lambda_targets_match_pengs_recursion_by_hand():
     terminated = np.array([[False], [False], [True], [False]])
     truncated = np.array([[False], [True], [False], [False]])
     reward = np.array([[1.0], [2.0], [-1.0], [0.5]], np.float32)
-    traj = Trajectory(jnp.asarray(states), jnp.zeros((4, 1), jnp.int32), jnp.asarray(reward),
-                      jnp.asarray(terminated), jnp.asarray(truncated), jnp.asarray(next_states),
-                      {"q": q[jnp.asarray(states)]})
+    traj = Trajectory(
+        jnp.asarray(states),
+        jnp.zeros((4, 1), jnp.int32),
+        jnp.asarray(reward),
+        jnp.asarray(terminated),
+        jnp.asarray(truncated),
+        jnp.asarray(next_states),
+        {"q": q[jnp.asarray(states)]},
+    )
     network = types.SimpleNamespace(apply=table)
     targets = jax.jit(lambda p, traj: q_lambda_targets(network, p, traj, gamma, lam, scale))(q, traj)
     v = TARGET_Q[next_states[:, 0]].max(-1)

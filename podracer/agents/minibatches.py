@@ -52,9 +52,7 @@ def shuffled_minibatches(key: PRNGKey, batch: Any, num_minibatches: int) -> Any:
         raise ValueError(f"batch of {size} does not split into {num_minibatches} minibatches")
     permutation = random_permutation(key, size)
     return jax.tree.map(
-        lambda x: jnp.take(x, permutation, axis=0).reshape(
-            (num_minibatches, size // num_minibatches) + x.shape[1:]
-        ),
+        lambda x: jnp.take(x, permutation, axis=0).reshape((num_minibatches, size // num_minibatches) + x.shape[1:]),
         batch,
     )
 

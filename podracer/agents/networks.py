@@ -34,6 +34,7 @@ def make_actor_critic(
     """The actor-critic network an agent config asks for (it sees the `obs` of a `MaskedObs`):
     logits for a `DiscreteSpec`, a Gaussian (`networks.GaussianActorCritic`, `log_std_init`)
     for a `BoxSpec`."""
+
     def body():
         return make_torso(torso, hidden_sizes, activation, obs_spec)
 
@@ -73,8 +74,10 @@ def check_cnn_observations(torso: str, shape: tuple[int, ...]) -> None:
     if minimum is None:
         return
     if len(shape) != 3:
-        raise ConfigError(f"agent.torso {torso!r} needs image observations [H, W, C], got shape {shape}; "
-                          f"use agent.torso 'mlp' for vector observations")
+        raise ConfigError(
+            f"agent.torso {torso!r} needs image observations [H, W, C], got shape {shape}; "
+            f"use agent.torso 'mlp' for vector observations"
+        )
     if min(shape[:2]) < minimum:
         raise ConfigError(f"agent.torso {torso!r} needs images of at least {minimum}x{minimum}, got shape {shape}")
 

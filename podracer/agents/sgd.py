@@ -18,6 +18,7 @@ from podracer.types import AgentState, Array, Params, PRNGKey
 def make_init(init_params: Callable[[PRNGKey], Params], optimizer: optax.GradientTransformation):
     """`init(key) -> AgentState` for an agent whose state is its parameters (`init_params(key)`)
     and optimizer."""
+
     def init(key: PRNGKey) -> AgentState:
         params = init_params(key)
         return AgentState(params, optimizer.init(params), jnp.zeros((), jnp.int32))
@@ -32,8 +33,10 @@ def check_step_metrics(names: Any, declared: tuple[str, ...], algorithm: str) ->
     without declaring it would be diluted by the updates that take no step."""
     names = set(names)
     if names != set(declared):
-        raise TypeError(f"{algorithm}: the per-step metrics {sorted(names)} differ from the declared step_metrics "
-                        f"{sorted(declared)}; list every per-step metric in its Algorithm's step_metrics")
+        raise TypeError(
+            f"{algorithm}: the per-step metrics {sorted(names)} differ from the declared step_metrics "
+            f"{sorted(declared)}; list every per-step metric in its Algorithm's step_metrics"
+        )
 
 
 def make_sgd_epochs(
@@ -66,9 +69,7 @@ def make_sgd_epochs(
         epoch_minibatches = minibatches(key, batch, num_minibatches)
         if prepare_epoch is not None:
             epoch_minibatches = prepare_epoch(epoch_minibatches)
-        (params, opt_state), metrics = jax.lax.scan(
-            sgd_step, (params, opt_state), epoch_minibatches, unroll=unroll
-        )
+        (params, opt_state), metrics = jax.lax.scan(sgd_step, (params, opt_state), epoch_minibatches, unroll=unroll)
         return (params, opt_state, batch), metrics
 
     def run(params: Params, opt_state: Any, batch: Any, key: PRNGKey):
