@@ -24,7 +24,7 @@ from podracer.types import ActionSpec, ObservationSpec
 
 TorsoOutputs = Literal["features", "action_values"]
 
-# The torsos every agent builds itself (`podracer.agents.common.make_torso`).
+# The torsos every agent builds itself (`podracer.agents.networks.make_torso`).
 BUILTIN_TORSOS = ("mlp", "nature_cnn", "impala_cnn", "minatar_cnn", "multi_encoder")
 
 

@@ -34,7 +34,15 @@ import jax
 import jax.numpy as jnp
 
 from podracer import networks
-from podracer.agents import common
+from podracer.agents.acting import apply_time_major, make_greedy_act, make_sampling_act, policy_and_value
+from podracer.agents.minibatches import (
+    Minibatcher,
+    concat_time,
+    flatten_time_batch,
+    sequence_minibatches,
+    shuffled_minibatches,
+)
+from podracer.agents.networks import init_params, make_actor_critic, make_torso
 from podracer.agents.policies import Policy
 from podracer.config import ConfigError, check
 from podracer.networks_latent import Decoder, Encoder, LatentActorCritic, reconstruction_target
@@ -69,7 +77,7 @@ class ActorCriticModel(NamedTuple):
     outputs: Callable[[Params, Trajectory], tuple[Any, Array, Array]]
     inputs: Callable[[Trajectory], Any]  # the part of a trajectory `forward` reads
     prepare: Callable[[Any], Any]  # `[T, B, ...]` data -> what `minibatches` splits
-    minibatches: common.Minibatcher
+    minibatches: Minibatcher
     forward: Callable[[Params, Any], tuple[Any, Array]]
     # As `outputs` / `forward`, plus the auxiliary loss (reconstruction; 0 without a latent).
     train_outputs: Callable[[Params, Trajectory], tuple[Any, Array, Array, Array]]
@@ -112,7 +120,7 @@ def make_actor_critic_model(
     latent_size: int = 0,
     reconstruction: str = "mse",
 ) -> ActorCriticModel:
-    """The model a config asks for: `core` "none" (feed-forward, `common.make_actor_critic`;
+    """The model a config asks for: `core` "none" (feed-forward, `make_actor_critic`;
     with `latent_size > 0` a `LatentActorCritic` whose reconstruction loss is `reconstruction`,
     see `podracer.ops.reconstruction_loss`) or "lstm" / "gru" (`RecurrentActorCritic` of
     `core_size` units)."""
@@ -121,7 +129,7 @@ def make_actor_critic_model(
                                            log_std_init)
         return _with_latent(network, obs_spec, policy, reconstruction)
     if core == "none":
-        return _feed_forward(common.make_actor_critic(
+        return _feed_forward(make_actor_critic(
             torso, hidden_sizes, activation, shared_torso, obs_spec, action_spec, log_std_init), obs_spec, policy,
             act_values=shared_torso)
     if core not in CORES:
@@ -129,7 +137,7 @@ def make_actor_critic_model(
     if latent_size > 0:
         raise ValueError("a latent (latent_size > 0) is for feed-forward models only")
     heads = _heads(hidden_sizes[-1], activation, shared_torso, action_spec, log_std_init)
-    net = RecurrentActorCritic(common.make_torso(torso, hidden_sizes, activation, obs_spec),
+    net = RecurrentActorCritic(make_torso(torso, hidden_sizes, activation, obs_spec),
                                ResetCore(core, core_size), heads)
     return _recurrent(net, obs_spec, policy)
 
@@ -152,7 +160,7 @@ def make_latent_actor_critic(torso: str, hidden_sizes: tuple[int, ...], activati
     if not is_obs_spec(network_obs_spec(obs_spec)):
         raise ConfigError("agent.latent_size: the latent's decoder reconstructs array observations, and these are "
                           "structured (dict/NamedTuple); set it to 0")
-    encoder = Encoder(common.make_torso(torso, hidden_sizes, activation, obs_spec), latent_size, activation)
+    encoder = Encoder(make_torso(torso, hidden_sizes, activation, obs_spec), latent_size, activation)
     identity = networks.MLP((), activation)  # no layer: the heads are linear in the latent
     if isinstance(action_spec, BoxSpec):
         heads = networks.GaussianActorCritic(tuple(action_spec.shape), identity, None, log_std_init)
@@ -176,7 +184,7 @@ def _with_latent(network: LatentActorCritic, obs_spec: ObservationSpec, policy: 
 
     def train_outputs(params: Params, traj: Trajectory):
         T, B = traj.reward.shape
-        obs = common.flatten_time_batch(common.concat_time(traj.obs, traj.next_obs))
+        obs = flatten_time_batch(concat_time(traj.obs, traj.next_obs))
         out, value, loss = apply(params, obs, T * B)  # decodes `obs`, the first `T * B`
         out = jax.tree.map(lambda x: x.reshape((2 * T, B) + x.shape[1:])[:T], out)
         value = value.reshape((2 * T, B))
@@ -201,22 +209,22 @@ def _feed_forward(network: nn.Module, obs_spec: ObservationSpec, policy: Policy,
 
     def outputs(params: Params, traj: Trajectory):
         T = traj.reward.shape[0]
-        out, values = common.apply_time_major(network, params, common.concat_time(traj.obs, traj.next_obs))
+        out, values = apply_time_major(network, params, concat_time(traj.obs, traj.next_obs))
         return jax.tree.map(lambda x: x[:T], out), values[:T], values[T:]
 
     return ActorCriticModel(
-        init=lambda key: common.init_params(network, key, obs_spec),
-        act=common.make_sampling_act(network, policy, value=act_values),
-        greedy_act=common.make_greedy_act(network, policy),
+        init=lambda key: init_params(network, key, obs_spec),
+        act=make_sampling_act(network, policy, value=act_values),
+        greedy_act=make_greedy_act(network, policy),
         initial_core=None,
         outputs=outputs,
         inputs=lambda traj: traj.obs,
-        prepare=common.flatten_time_batch,
-        minibatches=common.shuffled_minibatches,
-        forward=lambda params, obs: common.policy_and_value(network, params, obs),
+        prepare=flatten_time_batch,
+        minibatches=shuffled_minibatches,
+        forward=lambda params, obs: policy_and_value(network, params, obs),
         network=network,
         train_outputs=lambda params, traj: (*outputs(params, traj), jnp.zeros(())),
-        train_forward=lambda params, obs: (*common.policy_and_value(network, params, obs), jnp.zeros(())),
+        train_forward=lambda params, obs: (*policy_and_value(network, params, obs), jnp.zeros(())),
     )
 
 
@@ -248,7 +256,7 @@ class RecurrentActorCritic(NamedTuple):
         (states [T, B, ...] after each step, (out, value) [T, B])`."""
         inputs, legal = split_mask(obs)
         T, B = start.shape
-        embedding = self.torso.apply(params["torso"], common.flatten_time_batch(inputs))
+        embedding = self.torso.apply(params["torso"], flatten_time_batch(inputs))
         embedding = embedding.reshape((T, B) + embedding.shape[1:])
 
         states, y = unroll(self.core, params["core"], state, embedding, start)
@@ -295,7 +303,7 @@ def _recurrent(net: RecurrentActorCritic, obs_spec: ObservationSpec, policy: Pol
         outputs=outputs,
         inputs=lambda traj: (traj.obs, traj.start, traj.core),
         prepare=lambda tree: tree,
-        minibatches=common.sequence_minibatches,
+        minibatches=sequence_minibatches,
         forward=forward,
         train_outputs=lambda params, traj: (*outputs(params, traj), jnp.zeros(())),
         train_forward=lambda params, inputs: (*forward(params, inputs), jnp.zeros(())),

@@ -48,10 +48,12 @@ import jax.numpy as jnp
 import optax
 
 from podracer import networks, ops, parallel, torsos
-from podracer.agents import common
 from podracer.agents.dqn_config import DQNConfig
+from podracer.agents.minibatches import flatten_time_batch
+from podracer.agents.networks import TORSOS, init_params, make_torso
 from podracer.agents.registry import Algorithm
 from podracer.agents.replay_schedule import replay_metrics, schedule_replay
+from podracer.agents.sgd import check_step_metrics, global_norm
 from podracer.counters import Count
 from podracer.replay import Replay, ReplaySample, Transition, make_replay, same_observations
 from podracer.types import (
@@ -69,8 +71,8 @@ from podracer.types import (
     zeros_like_spec,
 )
 
-__all__ = ["DQNConfig", "DQNLearnerState", "DQNParams", "Step", "chain_targets", "make_dqn", "make_learn_on_batch",
-           "sample_transitions", "to_steps", "transitions_at"]
+__all__ = ["DQNConfig", "DQNLearnerState", "DQNParams", "Step", "chain_targets", "dqn_loss", "make_dqn",
+           "make_learn_on_batch", "sample_transitions", "to_steps", "transitions_at"]
 
 
 class DQNParams(NamedTuple):
@@ -115,10 +117,10 @@ def make_q_network(config: DQNConfig, obs_spec: ObservationSpec, action_spec: Di
     """The Q-network `config.torso` names: a built-in torso under a Q head, or a registered
     one (`podracer.torsos`) with `config.torso_options`, under a Q head unless it outputs
     action values itself."""
-    if config.torso not in common.TORSOS:
+    if config.torso not in TORSOS:
         module, outputs = torsos.make_registered(config.torso, config.torso_options, obs_spec, action_spec)
         return module if outputs == "action_values" else networks.QNetwork(action_spec.num_actions, module)
-    torso = common.make_torso(config.torso, config.hidden_sizes, config.activation, obs_spec)
+    torso = make_torso(config.torso, config.hidden_sizes, config.activation, obs_spec)
     return networks.QNetwork(action_spec.num_actions, torso)
 
 
@@ -136,7 +138,7 @@ def to_steps(traj: Trajectory, continues: Array) -> Step:
     """A `[T, B]` trajectory as `T * B` replay steps, time-major (`[T * B, ...]`);
     `continues [B]`: each environment's first step follows its last stored one."""
     first = jnp.zeros(traj.reward.shape, bool).at[0].set(~continues)
-    return common.flatten_time_batch(Step(traj.obs, traj.action.astype(jnp.int32), traj.reward,
+    return flatten_time_batch(Step(traj.obs, traj.action.astype(jnp.int32), traj.reward,
                                           traj.terminated, traj.truncated, traj.next_obs, first))
 
 
@@ -188,6 +190,52 @@ def sample_transitions(replay: Replay, local: Any, key: PRNGKey, beta: Array, en
     return sample._replace(items=transitions_at(replay, local, sample.indices, envs, config))
 
 
+def dqn_loss(
+    params: Params,
+    target_params: Params,
+    apply_fn: Callable[[Params, Observation], Array],
+    items: Transition,
+    weights: Array,
+    config: DQNConfig,
+) -> tuple[Array, tuple[dict[str, Array], Array]]:
+    """DQN's loss (Mnih et al. 2015) on n-step transitions: the TD error of `Q(obs, action)`
+    against `reward + discount * max_a Q_target(next_obs, a)`, or with `double_q` against
+    `reward + discount * Q_target(next_obs, argmax_a Q(next_obs, a))` (Double DQN, van Hasselt
+    et al. 2016), the max and argmax over the legal actions of masked observations; Huber or
+    half squared per item, weighted by prioritized replay's importance weights.
+
+    Args:
+      params: the online network's parameters, differentiated (not through its Q-values of
+        `next_obs`, which only pick Double DQN's action).
+      target_params: the target network's parameters.
+      apply_fn: `(params, obs [N, ...]) -> Q-values [N, A]` (observations without their masks).
+      items: `[M]` transitions: `obs`, `action`, the n-step `reward` and `discount` (0 where a
+        termination ends the return), and `next_obs` the target bootstraps from.
+      weights: `[M]` importance weights (1 with uniform replay).
+      config: the hyperparameters read: `double_q`, `loss` ("huber" or "mse"), `huber_delta`.
+
+    Returns:
+      `(loss, (metrics, td))`: the scalar `mean(weights * per_item(td))`, the scalars `loss`,
+      `q_mean` (the mean of `Q(obs)`), `td_abs` (the mean `|td|`), and `td [M]`, the TD
+      errors (new priorities).
+    """
+    M = items.reward.shape[0]
+    (obs, _), (next_obs, legal_t) = split_mask(items.obs), split_mask(items.next_obs)
+    q = apply_fn(params, jax.tree.map(lambda x, y: jnp.concatenate([x, y], axis=0), obs, next_obs))
+    q_tm1, q_t_online = q[:M], jax.lax.stop_gradient(q[M:])
+    q_t_target = apply_fn(target_params, next_obs)
+    # The bootstrap state's legal actions bound the max (and Double DQN's argmax).
+    if config.double_q:
+        target_value = ops.double_q_learning_target(items.reward, items.discount, q_t_target, q_t_online, legal_t)
+    else:
+        target_value = ops.q_learning_target(items.reward, items.discount, q_t_target, legal_t)
+    td = ops.td_error(q_tm1, items.action, target_value)
+    per_item = ops.huber_loss(td, config.huber_delta) if config.loss == "huber" else 0.5 * jnp.square(td)
+    loss = jnp.mean(weights * per_item)
+    metrics = {"loss": loss, "q_mean": jnp.mean(q_tm1), "td_abs": jnp.mean(jnp.abs(td))}
+    return loss, (metrics, td)
+
+
 def make_learn_on_batch(
     config: DQNConfig, network: nn.Module, optimizer: optax.GradientTransformation, axis_name: parallel.AxisName
 ) -> Callable[[Params, DQNLearnerState, ReplaySample], tuple[Params, DQNLearnerState, dict, Array]]:
@@ -195,22 +243,7 @@ def make_learn_on_batch(
     step on a sampled batch (gradient averaged over `axis_name`) and the target update."""
 
     def loss_fn(online: Params, target: Params, items: Transition, weights: Array):
-        M = items.reward.shape[0]
-        (obs, _), (next_obs, legal_t) = split_mask(items.obs), split_mask(items.next_obs)
-        q = network.apply(online, jax.tree.map(lambda x, y: jnp.concatenate([x, y], axis=0), obs, next_obs))
-        q_tm1, q_t_online = q[:M], jax.lax.stop_gradient(q[M:])
-        q_t_target = network.apply(target, next_obs)
-        # The bootstrap state's legal actions bound the max (and Double DQN's argmax).
-        if config.double_q:
-            target_value = ops.double_q_learning_target(items.reward, items.discount, q_t_target, q_t_online,
-                                                        legal_t)
-        else:
-            target_value = ops.q_learning_target(items.reward, items.discount, q_t_target, legal_t)
-        td = ops.td_error(q_tm1, items.action, target_value)
-        per_item = ops.huber_loss(td, config.huber_delta) if config.loss == "huber" else 0.5 * jnp.square(td)
-        loss = jnp.mean(weights * per_item)
-        metrics = {"loss": loss, "q_mean": jnp.mean(q_tm1), "td_abs": jnp.mean(jnp.abs(td))}
-        return loss, (metrics, td)
+        return dqn_loss(online, target, network.apply, items, weights, config)
 
     grad_fn = parallel.value_and_mean_grad(loss_fn, axis_name, has_aux=True)
 
@@ -223,7 +256,7 @@ def make_learn_on_batch(
         target = jax.tree.map(lambda new, old: jnp.where(due, new, old),
                               optax.incremental_update(online, learner.target, config.target_update_tau),
                               learner.target)
-        metrics["grad_norm"] = common.global_norm(grads)
+        metrics["grad_norm"] = global_norm(grads)
         return online, learner._replace(optimizer=opt_state, target=target, gradient_steps=steps), metrics, td
 
     return learn_on_batch
@@ -250,7 +283,7 @@ def make_dqn(
     epsilon = epsilon_schedule(config)
 
     def init(key: PRNGKey) -> AgentState:
-        online = common.init_params(network, key, obs_spec)
+        online = init_params(network, key, obs_spec)
         learner = DQNLearnerState(optimizer.init(online), online, Count.zeros(), jnp.zeros((), jnp.float32),
                                   Count.zeros())
         return AgentState(DQNParams(online, Count.zeros()), learner, jnp.zeros((), jnp.int32),
@@ -306,7 +339,7 @@ def make_dqn(
             return online, learner, local, jax.tree.map(jnp.add, sums, metrics)
 
         shapes = jax.eval_shape(one_step, online, learner, local, keys[0])[-1]
-        common.check_step_metrics(shapes, STEP_METRICS, "dqn")
+        check_step_metrics(shapes, STEP_METRICS, "dqn")
         sums = varying(jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes))
         carry = (online, learner, local, sums)
         if config.unroll_sgd:

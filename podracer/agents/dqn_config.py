@@ -6,7 +6,7 @@ import dataclasses
 import math
 from typing import Literal
 
-from podracer.agents import common
+from podracer.agents.networks import ACTIVATIONS, TORSOS
 from podracer.config import check
 from podracer.torsos import parse_torso_options, registered_torsos
 from podracer.types import BatchShape
@@ -82,7 +82,7 @@ class DQNConfig:
         for name in ("epsilon_start", "epsilon_end", "priority_exponent", "importance_exponent"):
             check(0 <= getattr(self, name) <= 1, f"agent.{name}", "must be in [0, 1]", getattr(self, name))
         registered = registered_torsos()
-        torsos = common.TORSOS + tuple(registered)
+        torsos = TORSOS + tuple(registered)
         check(self.torso in torsos, "agent.torso", f"must be one of {torsos}", self.torso)
         if self.torso in registered:
             parse_torso_options(registered[self.torso], self.torso_options)
@@ -90,7 +90,7 @@ class DQNConfig:
               f"sets options of a registered torso; {self.torso!r} is built-in", self.torso_options)
         check(len(self.hidden_sizes) > 0 and min(self.hidden_sizes) > 0,
               "agent.hidden_sizes", "must be positive sizes", self.hidden_sizes)
-        check(self.activation in common.ACTIVATIONS, "agent.activation", f"must be one of {common.ACTIVATIONS}",
+        check(self.activation in ACTIVATIONS, "agent.activation", f"must be one of {ACTIVATIONS}",
               self.activation)
 
     def steps_per_update(self, per_device_batch: int) -> float:

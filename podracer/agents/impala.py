@@ -10,21 +10,34 @@ averaged over `axis_name` by `parallel.value_and_mean_grad`.
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+from typing import Callable, Literal
 
 import jax
 import jax.numpy as jnp
 import optax
 
 from podracer import parallel
-from podracer.agents import common
+from podracer.agents.acting import CATEGORICAL
 from podracer.agents.actor_critic import check_model_fields, make_actor_critic_model
-from podracer.agents.common import CATEGORICAL
+from podracer.agents.minibatches import sequence_minibatches
+from podracer.agents.networks import ACTIVATIONS, TORSOS
 from podracer.agents.registry import Algorithm
 from podracer.agents.replay_mixing import check_replay, with_replay
+from podracer.agents.schedules import learning_rate
+from podracer.agents.sgd import make_init, make_sgd_epochs
 from podracer.config import check
-from podracer.ops import categorical_log_prob, entropy_loss
-from podracer.types import Agent, AgentState, BatchShape, DiscreteSpec, ObservationSpec, PRNGKey, Trajectory
+from podracer.ops import VTraceOutput, categorical_log_prob, entropy_loss, vtrace_td_error_and_advantage
+from podracer.types import (
+    Agent,
+    AgentState,
+    Array,
+    BatchShape,
+    DiscreteSpec,
+    ObservationSpec,
+    Params,
+    PRNGKey,
+    Trajectory,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,10 +96,10 @@ class ImpalaConfig:
               self.clip_pg_rho_threshold)
         check(self.entropy_coef >= 0, "agent.entropy_coef", "must be >= 0", self.entropy_coef)
         check(self.value_coef >= 0, "agent.value_coef", "must be >= 0", self.value_coef)
-        check(self.torso in common.TORSOS, "agent.torso", f"must be one of {common.TORSOS}", self.torso)
+        check(self.torso in TORSOS, "agent.torso", f"must be one of {TORSOS}", self.torso)
         check(len(self.hidden_sizes) > 0 and min(self.hidden_sizes) > 0,
               "agent.hidden_sizes", "must be positive sizes", self.hidden_sizes)
-        check(self.activation in common.ACTIVATIONS, "agent.activation", f"must be one of {common.ACTIVATIONS}",
+        check(self.activation in ACTIVATIONS, "agent.activation", f"must be one of {ACTIVATIONS}",
               self.activation)
         check(0 <= self.replay_fraction < 1, "agent.replay_fraction", "must be in [0, 1)", self.replay_fraction)
         check(self.replay_capacity >= 1, "agent.replay_capacity", "must be >= 1", self.replay_capacity)
@@ -106,6 +119,33 @@ class ImpalaConfig:
               f"must divide the {what} (minibatches are whole sequences)", self.num_minibatches)
 
 
+def vtrace_on_trajectory(
+    traj: Trajectory,
+    value: Array,
+    next_value: Array,
+    log_prob: Array,
+    gamma: float,
+    lambda_: float,
+    clip_rho_threshold: float,
+    clip_pg_rho_threshold: float,
+) -> VTraceOutput:
+    """V-trace over a `[T, B]` trajectory (vmapped over B), each output `[T, B]`.
+
+    value / next_value: `V(obs)` and `V(next_obs)` under the current parameters; log_prob:
+    the current policy's `log pi(action|obs)`; the behaviour's is `traj.extras["log_prob"]`.
+    Terminated steps do not bootstrap; terminated or truncated ones cut the trace, and a
+    truncated one bootstraps from `V(next_obs)`, its final observation. No gradient flows
+    through the importance ratios, `next_value` or the targets.
+    """
+    rho = jax.lax.stop_gradient(jnp.exp(log_prob - traj.extras["log_prob"]))
+    discount = gamma * (1.0 - traj.terminated.astype(jnp.float32))
+    end = traj.terminated | traj.truncated
+    vtrace = jax.vmap(vtrace_td_error_and_advantage, in_axes=(1, 1, 1, 1, 1, None, None, None, None, 1),
+                      out_axes=1)
+    return vtrace(value, jax.lax.stop_gradient(next_value), traj.reward, discount, rho,
+                  lambda_, clip_rho_threshold, clip_pg_rho_threshold, True, end)
+
+
 def make_optimizer(config: ImpalaConfig, num_steps: int) -> optax.GradientTransformation:
     """Global-norm clipping then RMSProp (the paper's) or Adam, with optional linear decay.
 
@@ -113,13 +153,65 @@ def make_optimizer(config: ImpalaConfig, num_steps: int) -> optax.GradientTransf
     (not 0) and epsilon is added inside the square root, `g / sqrt(ms + eps)`; optax's
     `initial_scale=1.0` and `eps_in_sqrt=True` give the same steps (from 0, the first steps
     would be up to `1 / sqrt(1 - decay)` = 10x larger)."""
-    lr = common.learning_rate(config.learning_rate, config.anneal_lr, num_steps)
+    lr = learning_rate(config.learning_rate, config.anneal_lr, num_steps)
     if config.optimizer == "rmsprop":
         base = optax.rmsprop(lr, decay=config.rmsprop_decay, eps=config.rmsprop_eps, initial_scale=1.0,
                              eps_in_sqrt=True)
     else:
         base = optax.adam(lr, eps=config.adam_eps)
     return optax.chain(optax.clip_by_global_norm(config.max_grad_norm), base)
+
+
+def impala_loss(
+    params: Params,
+    outputs: Callable[[Params, Trajectory], tuple[Array, Array, Array, Array]],
+    traj: Trajectory,
+    config: ImpalaConfig,
+) -> tuple[Array, dict[str, Array]]:
+    """IMPALA's loss over whole sequences (Espeholt et al. 2018, section 4.2): the policy
+    gradient with V-trace's advantages `rho_s (r_s + gamma v_{s+1} - V(x_s))`, plus
+    `value_coef` times the baseline's `0.5 (v_s - V(x_s))^2`, minus `entropy_coef` times the
+    entropy bonus, plus with a latent `reconstruction_coef` times the reconstruction loss.
+
+    Args:
+      params: the parameters differentiated.
+      outputs: `(params, traj) -> (logits [T, B, A], V(obs) [T, B], V(next_obs) [T, B], aux)`,
+        the model's `train_outputs`; `aux` is the scalar reconstruction loss (0 without a latent).
+      traj: a `[T, B]` minibatch of whole sequences; `traj.extras["log_prob"]` is the
+        behaviour policy's `log mu(a|x)`.
+      config: the hyperparameters read: `gamma`, `vtrace_lambda`, `clip_rho_threshold`,
+        `clip_pg_rho_threshold`, `value_coef`, `entropy_coef`, `latent_size`,
+        `reconstruction_coef`; any of the numbers may be traced (a population's members).
+
+    Returns:
+      `(loss, metrics)`: the scalar loss (no gradient through V-trace's advantages, targets
+      or importance weights), and scalars `loss`, `pg_loss`, `value_loss`, `entropy`,
+      `approx_kl` (behaviour to current, `mean((rho - 1) - log rho)`), `rho_clip_fraction`
+      (the share of `rho` above `clip_rho_threshold`), and with a latent `reconstruction_loss`.
+    """
+    logits, value, next_value, reconstruction = outputs(params, traj)
+    log_prob = categorical_log_prob(logits, traj.action)
+    vtrace = vtrace_on_trajectory(
+        traj, value, next_value, log_prob, config.gamma, config.vtrace_lambda,
+        config.clip_rho_threshold, config.clip_pg_rho_threshold,
+    )
+    pg_loss = -jnp.mean(log_prob * jax.lax.stop_gradient(vtrace.pg_advantage))
+    value_loss = 0.5 * jnp.mean(jnp.square(vtrace.errors))
+    neg_entropy = entropy_loss(logits)
+    loss = pg_loss + config.value_coef * value_loss + config.entropy_coef * neg_entropy
+    log_rho = log_prob - traj.extras["log_prob"]
+    metrics = {
+        "loss": loss,
+        "pg_loss": pg_loss,
+        "value_loss": value_loss,
+        "entropy": -neg_entropy,
+        "approx_kl": jnp.mean(jnp.expm1(log_rho) - log_rho),
+        "rho_clip_fraction": jnp.mean(log_rho > jnp.log(config.clip_rho_threshold)),
+    }
+    if config.latent_size > 0:
+        loss = loss + config.reconstruction_coef * reconstruction
+        metrics.update(loss=loss, reconstruction_loss=reconstruction)
+    return loss, metrics
 
 
 def make_impala(
@@ -143,39 +235,15 @@ def make_impala(
     )
     optimizer = make_optimizer(config, num_updates * config.num_epochs * config.num_minibatches)
 
-    init = common.make_init(model.init, optimizer)
+    init = make_init(model.init, optimizer)
 
-    def loss_fn(params, traj: Trajectory):
-        """The IMPALA loss over a `[T, B]` minibatch of whole sequences (plus, with a latent,
-        the reconstruction loss of its observations)."""
-        logits, value, next_value, reconstruction = model.train_outputs(params, traj)
-        log_prob = categorical_log_prob(logits, traj.action)
-        vtrace = common.vtrace_on_trajectory(
-            traj, value, next_value, log_prob, config.gamma, config.vtrace_lambda,
-            config.clip_rho_threshold, config.clip_pg_rho_threshold,
-        )
-        pg_loss = -jnp.mean(log_prob * jax.lax.stop_gradient(vtrace.pg_advantage))
-        value_loss = 0.5 * jnp.mean(jnp.square(vtrace.errors))
-        neg_entropy = entropy_loss(logits)
-        loss = pg_loss + config.value_coef * value_loss + config.entropy_coef * neg_entropy
-        log_rho = log_prob - traj.extras["log_prob"]
-        metrics = {
-            "loss": loss,
-            "pg_loss": pg_loss,
-            "value_loss": value_loss,
-            "entropy": -neg_entropy,
-            "approx_kl": jnp.mean(jnp.expm1(log_rho) - log_rho),
-            "rho_clip_fraction": jnp.mean(log_rho > jnp.log(config.clip_rho_threshold)),
-        }
-        if config.latent_size > 0:
-            loss = loss + config.reconstruction_coef * reconstruction
-            metrics.update(loss=loss, reconstruction_loss=reconstruction)
-        return loss, metrics
+    def loss_fn(params: Params, traj: Trajectory) -> tuple[Array, dict[str, Array]]:
+        return impala_loss(params, model.train_outputs, traj, config)
 
     grad_fn = parallel.value_and_mean_grad(loss_fn, axis_name, has_aux=True)
 
-    sgd_epochs = common.make_sgd_epochs(
-        grad_fn, optimizer, common.sequence_minibatches, config.num_epochs, config.num_minibatches,
+    sgd_epochs = make_sgd_epochs(
+        grad_fn, optimizer, sequence_minibatches, config.num_epochs, config.num_minibatches,
         unroll=config.unroll_sgd,
     )
 

@@ -32,7 +32,7 @@ RAW_ACTION = "raw_action"  # extras key of a Gaussian's unclipped sample
 @dataclasses.dataclass(frozen=True)
 class Categorical:
     """Discrete actions `0 .. A - 1` (int32) from logits `[B, A]`; illegal actions of masked
-    observations come with `-inf` logits (`common.policy_and_value`), so they are never
+    observations come with `-inf` logits (`acting.policy_and_value`), so they are never
     sampled and the log-probabilities and entropy are over the legal actions."""
 
     def sample(self, key: PRNGKey, out: Array) -> tuple[Array, dict[str, Array]]:

@@ -13,19 +13,23 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Literal
+from typing import Any, Callable, Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import optax
 
 from podracer import parallel
-from podracer.agents import common
+from podracer.agents.acting import apply_time_major
 from podracer.agents.actor_critic import ActorCriticModel, check_model_fields, make_actor_critic_model
+from podracer.agents.impala import vtrace_on_trajectory
+from podracer.agents.networks import ACTIVATIONS, TORSOS
 from podracer.agents.normalization import with_normalization
 from podracer.agents.policies import Policy, policy_for
 from podracer.agents.registry import Algorithm
 from podracer.agents.replay_mixing import check_replay, with_replay
+from podracer.agents.schedules import learning_rate
+from podracer.agents.sgd import make_init, make_sgd_epochs
 from podracer.config import check
 from podracer.ops import clipped_surrogate_loss, clipped_value_loss, gae_advantages
 from podracer.types import (
@@ -36,6 +40,7 @@ from podracer.types import (
     BoxSpec,
     DiscreteSpec,
     ObservationSpec,
+    Params,
     PRNGKey,
     Trajectory,
     split_mask,
@@ -109,10 +114,10 @@ class PPOConfig:
         check(self.value_coef >= 0, "agent.value_coef", "must be >= 0", self.value_coef)
         check(self.max_grad_norm > 0, "agent.max_grad_norm", "must be > 0", self.max_grad_norm)
         check(self.adam_eps > 0, "agent.adam_eps", "must be > 0", self.adam_eps)
-        check(self.torso in common.TORSOS, "agent.torso", f"must be one of {common.TORSOS}", self.torso)
+        check(self.torso in TORSOS, "agent.torso", f"must be one of {TORSOS}", self.torso)
         check(len(self.hidden_sizes) > 0 and min(self.hidden_sizes) > 0,
               "agent.hidden_sizes", "must be positive sizes", self.hidden_sizes)
-        check(self.activation in common.ACTIVATIONS, "agent.activation", f"must be one of {common.ACTIVATIONS}",
+        check(self.activation in ACTIVATIONS, "agent.activation", f"must be one of {ACTIVATIONS}",
               self.activation)
         # exp(+-20): a standard deviation from 2e-9 to 5e8; beyond, float32 log-probabilities
         # and samples overflow (+-90 compiled, then stopped on a non-finite loss)
@@ -145,6 +150,66 @@ class PPOConfig:
               self.num_minibatches)
 
 
+class PPOBatch(NamedTuple):
+    """What PPO's loss reads of a batch, every leaf led by the same axes: `[N]` flat
+    transitions (feed-forward) or `[T, b]` whole sequences (recurrent core)."""
+
+    inputs: Any  # what the model's `train_forward` reads: observations (recurrent: with starts and core states)
+    action: jax.Array  # the action the policy's log-probability is taken of (a Gaussian's unclipped sample)
+    log_prob: jax.Array  # log-probability of `action` under the policy the ratio is taken against
+    value: jax.Array  # `V(obs)` at the update's start: the centre of the value clip
+    advantage: jax.Array
+    target: jax.Array  # the value target
+
+
+def ppo_loss(
+    params: Params,
+    forward: Callable[[Params, Any], tuple[Any, jax.Array, jax.Array]],
+    policy: Policy,
+    batch: PPOBatch,
+    config: PPOConfig,
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """PPO's loss (Schulman et al. 2017, eq. 9): the clipped surrogate (eq. 7), plus
+    `value_coef` times the value loss, minus `entropy_coef` times the entropy bonus, plus
+    with a latent `reconstruction_coef` times the auto-encoder's reconstruction loss.
+
+    Args:
+      params: the parameters differentiated.
+      forward: `(params, batch.inputs) -> (out, value, aux)`, the model's `train_forward`:
+        the policy output, `V(obs)` shaped like `batch.action`'s leading axes, and the
+        scalar auxiliary (reconstruction) loss, 0 without a latent.
+      policy: the action distribution of `out` (`log_prob`, `entropy`).
+      batch: a minibatch, `[N]` or `[T, b]` leading every leaf.
+      config: the hyperparameters read: `clip_eps` (the ratio's clip, and the value's with
+        `clip_value`), `value_coef`, `entropy_coef`, `latent_size`, `reconstruction_coef`;
+        any of the numbers may be traced (a population's member hyperparameters).
+
+    Returns:
+      `(loss, metrics)`: the scalar loss, and scalars `loss`, `pg_loss`, `value_loss`,
+      `entropy`, `approx_kl` (`mean((r - 1) - log r)`), `clip_fraction` (the share of
+      ratios outside `1 +- clip_eps`), and with a latent `reconstruction_loss`.
+    """
+    out, value, reconstruction = forward(params, batch.inputs)
+    log_ratio = policy.log_prob(out, batch.action) - batch.log_prob
+    pg_loss = clipped_surrogate_loss(log_ratio, batch.advantage, config.clip_eps)
+    value_loss = clipped_value_loss(value, batch.value, batch.target, config.clip_eps if config.clip_value else None)
+    entropy = policy.entropy(out)
+    loss = pg_loss + config.value_coef * value_loss - config.entropy_coef * entropy
+    ratio = jnp.exp(log_ratio)
+    metrics = {
+        "loss": loss,
+        "pg_loss": pg_loss,
+        "value_loss": value_loss,
+        "entropy": entropy,
+        "approx_kl": jnp.mean((ratio - 1.0) - log_ratio),
+        "clip_fraction": jnp.mean(jnp.abs(ratio - 1.0) > config.clip_eps),
+    }
+    if config.latent_size > 0:
+        loss = loss + config.reconstruction_coef * reconstruction
+        metrics.update(loss=loss, reconstruction_loss=reconstruction)
+    return loss, metrics
+
+
 def make_ppo(
     config: PPOConfig,
     obs_spec: ObservationSpec,
@@ -166,7 +231,7 @@ def make_ppo(
         latent_size=config.latent_size, reconstruction=config.reconstruction,
     )
     steps_per_update = config.num_epochs * config.num_minibatches
-    lr = common.learning_rate(config.learning_rate, config.anneal_lr, num_updates * steps_per_update)
+    lr = learning_rate(config.learning_rate, config.anneal_lr, num_updates * steps_per_update)
     # Over one flat vector of all parameters (the same steps): a handful of kernels per
     # optimizer step instead of a few per parameter array, which is most of a small
     # network's update on CPU, and fewer kernels to compile.
@@ -175,38 +240,17 @@ def make_ppo(
         optax.adam(lr, eps=config.adam_eps),
     ))
 
-    init = common.make_init(model.init, optimizer)
+    init = make_init(model.init, optimizer)
 
-    def loss_fn(params, minibatch):
-        inputs, action, behaviour_log_prob, old_value, advantage, target = minibatch
-        out, value, reconstruction = model.train_forward(params, inputs)
-        log_ratio = policy.log_prob(out, action) - behaviour_log_prob
-        pg_loss = clipped_surrogate_loss(log_ratio, advantage, config.clip_eps)
-        value_loss = clipped_value_loss(value, old_value, target, config.clip_eps if config.clip_value else None)
-        entropy = policy.entropy(out)
-        loss = pg_loss + config.value_coef * value_loss - config.entropy_coef * entropy
-        ratio = jnp.exp(log_ratio)
-        metrics = {
-            "loss": loss,
-            "pg_loss": pg_loss,
-            "value_loss": value_loss,
-            "entropy": entropy,
-            "approx_kl": jnp.mean((ratio - 1.0) - log_ratio),
-            "clip_fraction": jnp.mean(jnp.abs(ratio - 1.0) > config.clip_eps),
-        }
-        if config.latent_size > 0:
-            loss = loss + config.reconstruction_coef * reconstruction
-            metrics.update(loss=loss, reconstruction_loss=reconstruction)
-        return loss, metrics
+    def loss_fn(params: Params, batch: PPOBatch) -> tuple[jax.Array, dict[str, jax.Array]]:
+        return ppo_loss(params, model.train_forward, policy, batch, config)
 
     grad_fn = parallel.value_and_mean_grad(loss_fn, axis_name, has_aux=True)
 
-    def normalize_advantages(minibatches):
-        inputs, action, behaviour_log_prob, old_value, advantage, target = minibatches
-        advantage = normalize_per_minibatch(advantage, axis_name)
-        return inputs, action, behaviour_log_prob, old_value, advantage, target
+    def normalize_advantages(minibatches: PPOBatch) -> PPOBatch:
+        return minibatches._replace(advantage=normalize_per_minibatch(minibatches.advantage, axis_name))
 
-    sgd_epochs = common.make_sgd_epochs(
+    sgd_epochs = make_sgd_epochs(
         grad_fn, optimizer, model.minibatches, config.num_epochs, config.num_minibatches,
         unroll=config.unroll_sgd, prepare_epoch=normalize_advantages if config.normalize_advantages else None,
     )
@@ -226,7 +270,7 @@ def make_ppo(
             extra_metrics = {"values_recomputed": recomputed.astype(jnp.float32)}
         action = policy.policy_action(traj.action, traj.extras)
         batch = model.prepare(
-            (model.inputs(traj), action, traj.extras["log_prob"], traj.extras["value"], advantage, target)
+            PPOBatch(model.inputs(traj), action, traj.extras["log_prob"], traj.extras["value"], advantage, target)
         )
         params, opt_state, metrics = sgd_epochs(state.params, state.opt_state, batch, key)
         metrics = parallel.pmean({**metrics, **extra_metrics}, axis_name)
@@ -286,7 +330,7 @@ def gae_values(network, params, traj: Trajectory) -> tuple[jax.Array, jax.Array,
     """
     _, last = network.apply(params, split_mask(jax.tree.map(lambda x: x[-1], traj.next_obs))[0])
     if "value" not in traj.extras:
-        value, stale = common.apply_time_major(network, params, traj.obs)[1], jnp.zeros((), bool)
+        value, stale = apply_time_major(network, params, traj.obs)[1], jnp.zeros((), bool)
     else:
         behaviour = traj.extras["value"]
         _, first = network.apply(params, split_mask(jax.tree.map(lambda x: x[0], traj.obs))[0])
@@ -294,13 +338,13 @@ def gae_values(network, params, traj: Trajectory) -> tuple[jax.Array, jax.Array,
 
         # Loops that run their body at most once: `lax.cond` fails under vmap in shard_map.
         def recompute(carry):
-            return jnp.zeros_like(carry[0]), common.apply_time_major(network, params, traj.obs)[1]
+            return jnp.zeros_like(carry[0]), apply_time_major(network, params, traj.obs)[1]
 
         value = jax.lax.while_loop(lambda carry: carry[0], recompute, (stale, behaviour))[1]
     shifted = jnp.concatenate([value[1:], last[None]])
 
     def with_truncations(carry):
-        _, exact = common.apply_time_major(network, params, traj.next_obs)
+        _, exact = apply_time_major(network, params, traj.next_obs)
         return jnp.zeros_like(carry[0]), jnp.where(traj.truncated, exact, carry[1])
 
     pending = jnp.any(traj.truncated[:-1])
@@ -322,7 +366,7 @@ def vtrace_advantages_and_targets(model: ActorCriticModel, policy: Policy, confi
     """
     out, value, next_value = model.outputs(params, traj)
     log_prob = policy.log_prob(out, policy.policy_action(traj.action, traj.extras))
-    vtrace = common.vtrace_on_trajectory(
+    vtrace = vtrace_on_trajectory(
         traj, value, next_value, log_prob, config.gamma, config.vtrace_lambda,
         config.clip_rho_threshold, config.clip_pg_rho_threshold,
     )

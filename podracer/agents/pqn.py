@@ -19,7 +19,7 @@ steps' final observations. A terminated step does not bootstrap.
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal, NamedTuple
+from typing import Callable, Literal, NamedTuple
 
 import flax.linen as nn
 import jax
@@ -27,8 +27,11 @@ import jax.numpy as jnp
 import optax
 
 from podracer import networks, ops, parallel
-from podracer.agents import common
+from podracer.agents.minibatches import flatten_time_batch, shuffled_minibatches
+from podracer.agents.networks import ACTIVATIONS, TORSOS, init_params, make_torso
 from podracer.agents.registry import Algorithm
+from podracer.agents.schedules import learning_rate
+from podracer.agents.sgd import make_sgd_epochs
 from podracer.config import check
 from podracer.counters import Count
 from podracer.types import (
@@ -77,8 +80,8 @@ class PQNConfig:
         check(self.optimizer in ("radam", "adam"), "agent.optimizer", "must be 'radam' or 'adam'", self.optimizer)
         for name in ("gamma", "q_lambda", "epsilon_start", "epsilon_end"):
             check(0 <= getattr(self, name) <= 1, f"agent.{name}", "must be in [0, 1]", getattr(self, name))
-        check(self.torso in common.TORSOS, "agent.torso", f"must be one of {common.TORSOS}", self.torso)
-        check(self.activation in common.ACTIVATIONS, "agent.activation", f"must be one of {common.ACTIVATIONS}",
+        check(self.torso in TORSOS, "agent.torso", f"must be one of {TORSOS}", self.torso)
+        check(self.activation in ACTIVATIONS, "agent.activation", f"must be one of {ACTIVATIONS}",
               self.activation)
         check(len(self.hidden_sizes) > 0 and min(self.hidden_sizes) > 0,
               "agent.hidden_sizes", "must be positive sizes", self.hidden_sizes)
@@ -98,7 +101,7 @@ class PQNParams(NamedTuple):
 
 
 def make_q_network(config: PQNConfig, obs_spec: ObservationSpec, action_spec: DiscreteSpec) -> nn.Module:
-    torso = common.make_torso(config.torso, config.hidden_sizes, config.activation, obs_spec,
+    torso = make_torso(config.torso, config.hidden_sizes, config.activation, obs_spec,
                               layer_norm=config.layer_norm)
     return networks.QNetwork(action_spec.num_actions, torso)
 
@@ -106,7 +109,7 @@ def make_q_network(config: PQNConfig, obs_spec: ObservationSpec, action_spec: Di
 def make_optimizer(config: PQNConfig, num_steps: int) -> optax.GradientTransformation:
     """Global-norm clipping, then RAdam (purejaxql's) or Adam, optionally decayed to 0 over
     `num_steps` gradient steps."""
-    lr = common.learning_rate(config.learning_rate, config.anneal_lr, num_steps)
+    lr = learning_rate(config.learning_rate, config.anneal_lr, num_steps)
     base = optax.radam if config.optimizer == "radam" else optax.adam
     return optax.chain(optax.clip_by_global_norm(config.max_grad_norm), base(lr, eps=config.adam_eps))
 
@@ -116,17 +119,67 @@ def epsilon_schedule(config: PQNConfig) -> optax.Schedule:
     return optax.linear_schedule(config.epsilon_start, config.epsilon_end, config.epsilon_decay_steps)
 
 
+def successor_values(apply_value: Callable[[Array], Array], traj: Trajectory, value: Array) -> Array:
+    """The values of `traj.next_obs`, `[T, B, ...]`, without a forward pass over all of them.
+
+    `value [T, B, ...]` holds the behaviour's values of `traj.obs` (what `act` computed);
+    `apply_value(obs [N, ...]) -> [N, ...]` evaluates the network (observations may be
+    pytrees, each leaf `[T, B, ...]`). Where an episode went on,
+    `next_obs[t]` is `obs[t + 1]`, whose value is `value[t + 1]`; only the last step (always,
+    `[B]` observations) and truncated steps (their final observations, in a second pass over
+    all of `next_obs` that runs only when some step before the last was truncated) need the
+    network. Terminated steps keep a value that a learner must not bootstrap from.
+    """
+    last = apply_value(jax.tree.map(lambda x: x[-1], traj.next_obs))
+    shifted = jnp.concatenate([value[1:], last[None]])
+    T, B = traj.reward.shape
+
+    def with_truncations(carry):
+        _, values = carry
+        exact = apply_value(flatten_time_batch(traj.next_obs))
+        exact = exact.reshape((T, B) + exact.shape[1:])
+        mask = traj.truncated.reshape((T, B) + (1,) * (exact.ndim - 2))
+        return jnp.zeros_like(carry[0]), jnp.where(mask, exact, values)
+
+    # A loop that runs its body at most once: `lax.cond` fails under vmap in shard_map.
+    pending = jnp.any(traj.truncated[:-1])
+    return jax.lax.while_loop(lambda carry: carry[0], with_truncations, (pending, shifted))[1]
+
+
 def q_lambda_targets(network: nn.Module, params: Params, traj: Trajectory, gamma: float, q_lambda: float,
                      reward_scale: float = 1.0) -> Array:
     """PQN's regression targets `[T, B]`: Peng's Q(lambda) over the rollout, bootstrapping
     from `max_a Q(next_obs)` (behaviour Q-values where the episode went on, the network on
     the last and truncated steps), not at all after a termination, and cut at every
     episode end."""
-    next_q = common.successor_values(lambda obs: network.apply(params, obs), traj, traj.extras["q"])
+    next_q = successor_values(lambda obs: network.apply(params, obs), traj, traj.extras["q"])
     discount = gamma * (1.0 - traj.terminated.astype(jnp.float32))
     end = traj.terminated | traj.truncated
     targets = jax.vmap(ops.q_lambda_targets, in_axes=(1, 1, 1, None, 1), out_axes=1)
     return targets(reward_scale * traj.reward, discount, next_q, q_lambda, end)
+
+
+def pqn_loss(
+    params: Params, apply_fn: Callable[[Params, Array], Array], batch: tuple[Array, Array, Array]
+) -> tuple[Array, dict[str, Array]]:
+    """PQN's loss (Gallici et al. 2024, algorithm 1): half the mean squared error between
+    `Q(obs, action)` and the Q(lambda) target computed before the update's epochs
+    (`q_lambda_targets`, no gradient through it).
+
+    Args:
+      params: the Q-network's parameters, differentiated.
+      apply_fn: `(params, obs [N, ...]) -> Q-values [N, A]`.
+      batch: `(obs [N, ...], action int32 [N], target [N])`, a minibatch of transitions.
+
+    Returns:
+      `(loss, metrics)`: the scalar `0.5 mean((target - Q(obs, action))^2)`, and scalars
+      `loss`, `q_mean` (the mean of every Q-value), `td_abs` (the mean absolute TD error).
+    """
+    obs, action, target = batch
+    q = apply_fn(params, obs)
+    td = ops.td_error(q, action, target)
+    loss = 0.5 * jnp.mean(jnp.square(td))
+    return loss, {"loss": loss, "q_mean": jnp.mean(q), "td_abs": jnp.mean(jnp.abs(td))}
 
 
 def make_pqn(
@@ -147,7 +200,7 @@ def make_pqn(
     epsilon = epsilon_schedule(config)
 
     def init(key: PRNGKey) -> AgentState:
-        online = common.init_params(network, key, obs_spec)
+        online = init_params(network, key, obs_spec)
         return AgentState(PQNParams(online, Count.zeros()), optimizer.init(online), jnp.zeros((), jnp.int32))
 
     def act(params: PQNParams, obs: Array, key: PRNGKey) -> tuple[Array, dict[str, Array]]:
@@ -158,15 +211,11 @@ def make_pqn(
         """The argmax of the Q-values (evaluation: no exploration)."""
         return jnp.argmax(network.apply(params.online, obs), axis=-1)
 
-    def loss_fn(online: Params, minibatch: tuple[Array, Array, Array]):
-        obs, action, target = minibatch
-        q = network.apply(online, obs)
-        td = ops.td_error(q, action, target)
-        loss = 0.5 * jnp.mean(jnp.square(td))
-        return loss, {"loss": loss, "q_mean": jnp.mean(q), "td_abs": jnp.mean(jnp.abs(td))}
+    def loss_fn(online: Params, minibatch: tuple[Array, Array, Array]) -> tuple[Array, dict[str, Array]]:
+        return pqn_loss(online, network.apply, minibatch)
 
     grad_fn = parallel.value_and_mean_grad(loss_fn, axis_name, has_aux=True)
-    sgd_epochs = common.make_sgd_epochs(grad_fn, optimizer, common.shuffled_minibatches, config.num_epochs,
+    sgd_epochs = make_sgd_epochs(grad_fn, optimizer, shuffled_minibatches, config.num_epochs,
                                         config.num_minibatches, unroll=config.unroll_sgd)
 
     def update(state: AgentState, traj: Trajectory, key: PRNGKey):
@@ -174,7 +223,7 @@ def make_pqn(
         num_devices = 1 if axis_name is None else jax.lax.axis_size(axis_name)
         online = state.params.online
         target = q_lambda_targets(network, online, traj, config.gamma, config.q_lambda, config.reward_scale)
-        batch = common.flatten_time_batch((traj.obs, traj.action.astype(jnp.int32), target))
+        batch = flatten_time_batch((traj.obs, traj.action.astype(jnp.int32), target))
         online, opt_state, metrics = sgd_epochs(online, state.opt_state, batch, key)
         env_steps = state.params.env_steps.add(T * B * num_devices)
         metrics = parallel.pmean(metrics, axis_name)

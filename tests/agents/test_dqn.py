@@ -15,6 +15,7 @@ from anakin.rollout import rollout
 from experiments.presets_dqn import DQN_PRESETS
 from podracer import parallel
 from podracer.agents import DQNConfig, algorithm_for, algorithms, dqn, make_agent
+from podracer.agents.sgd import check_step_metrics
 from podracer.config import Config, ConfigError, EnvConfig
 from podracer.counters import Count
 from podracer.envs import make_jax_env
@@ -249,11 +250,10 @@ def test_per_step_metrics_must_be_declared_as_step_metrics(monkeypatch):
     """Every metric DQN averages over an update's gradient steps is in its `step_metrics`
     (metrics rows average those over gradient steps): an undeclared one is refused when the
     update traces, naming both lists."""
-    from podracer.agents import common
 
     assert set(algorithm_for(DQNConfig()).step_metrics) == set(dqn.STEP_METRICS)
     with pytest.raises(TypeError, match=r"dqn: the per-step metrics \['extra', 'loss'\] differ"):
-        common.check_step_metrics({"loss": 0, "extra": 0}, ("loss",), "dqn")
+        check_step_metrics({"loss": 0, "extra": 0}, ("loss",), "dqn")
     monkeypatch.setattr(dqn, "STEP_METRICS", dqn.STEP_METRICS[1:])  # as if "loss" were new and undeclared
     config = DQNConfig(buffer_size=64, batch_size=8, gradient_steps=1, learning_starts=0, hidden_sizes=(8,))
     agent = dqn.make_dqn(config, OBS_SPEC, ACTION_SPEC, num_updates=2, axis_name=None)

@@ -11,8 +11,9 @@ import optax
 import pytest
 
 from podracer.agents import ImpalaConfig, PPOConfig, make_agent
+from podracer.agents.acting import CATEGORICAL
 from podracer.agents.actor_critic import make_actor_critic_model
-from podracer.agents.common import CATEGORICAL, flatten_time_batch
+from podracer.agents.minibatches import flatten_time_batch
 from podracer.config import ConfigError
 from podracer.ops import reconstruction_loss
 from podracer.types import DiscreteSpec, MaskedObs, ObsSpec, Trajectory

@@ -7,7 +7,8 @@ import numpy as np
 import optax
 import pytest
 
-from podracer.agents import ImpalaConfig, PPOConfig, common, make_agent
+from podracer.agents import ImpalaConfig, PPOConfig, make_agent
+from podracer.agents.sgd import global_norm
 from podracer.ops import clipped_value_loss
 from podracer.types import DiscreteSpec, ObsSpec, Trajectory
 
@@ -133,11 +134,11 @@ def test_learning_rate_reaches_zero_after_every_sgd_step_of_the_run():
 
 
 def test_global_norm_is_the_norm_of_every_gradient():
-    """`common.global_norm` (the `grad_norm` metric, over one flat vector) equals optax's
+    """`global_norm` (the `grad_norm` metric, over one flat vector) equals optax's
     norm of the whole tree: the square root of the sum of every leaf's squares."""
     rng = np.random.default_rng(0)
     grads = {"a": rng.normal(size=(4, 3)), "b": {"c": rng.normal(size=5), "d": rng.normal(size=(2, 2, 2))}}
     grads = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), grads)
     expected = np.sqrt(sum(float(np.sum(np.square(x))) for x in jax.tree.leaves(grads)))
-    np.testing.assert_allclose(float(common.global_norm(grads)), expected, rtol=1e-6)
-    np.testing.assert_allclose(float(common.global_norm(grads)), float(optax.tree.norm(grads)), rtol=1e-6)
+    np.testing.assert_allclose(float(global_norm(grads)), expected, rtol=1e-6)
+    np.testing.assert_allclose(float(global_norm(grads)), float(optax.tree.norm(grads)), rtol=1e-6)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from podracer.agents import PPOConfig, make_ppo
+from podracer.agents.networks import make_actor_critic
 from podracer.agents.policies import RAW_ACTION, Gaussian, policy_for
 from podracer.config import ConfigError, EnvConfig
 from podracer.envs import make_jax_env
@@ -81,9 +82,8 @@ def test_gaussian_act_clips_to_the_box_and_keeps_the_raw_sample():
     raw = extras[RAW_ACTION]
     assert np.mean((raw < BOX.low) | (raw > BOX.high)) > 0.3  # clipping did happen
     np.testing.assert_array_equal(action, np.clip(raw, BOX.low, BOX.high))
-    from podracer.agents import common
 
-    network = common.make_actor_critic("mlp", (8,), "tanh", False, ObsSpec((3,), jnp.float32), BOX, 1.0)
+    network = make_actor_critic("mlp", (8,), "tanh", False, ObsSpec((3,), jnp.float32), BOX, 1.0)
     (mean, log_std), _ = network.apply(params, obs)
     np.testing.assert_allclose(extras["log_prob"], gaussian_log_prob(mean, log_std, raw), rtol=1e-5, atol=1e-5)
     assert "value" not in extras  # the critic has a torso of its own: the update computes V(obs)

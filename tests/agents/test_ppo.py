@@ -9,8 +9,12 @@ import optax
 import pytest
 
 from anakin import AnakinConfig, train
-from podracer.agents import PPOConfig, common
+from podracer.agents import PPOConfig
+from podracer.agents.acting import apply_time_major, make_sampling_act
+from podracer.agents.minibatches import random_permutation, shuffled_minibatches
+from podracer.agents.networks import make_actor_critic
 from podracer.agents.ppo import normalize_per_minibatch
+from podracer.agents.sgd import make_sgd_epochs
 from podracer.config import Config, ConfigError, EnvConfig
 from podracer.types import BatchShape, DiscreteSpec, ObsSpec
 
@@ -26,8 +30,8 @@ def train_probe(env_id, agent=FAST, steps=20_000):
 
 
 def values_and_probs(params, obs):
-    net = common.make_actor_critic("mlp", FAST.hidden_sizes, FAST.activation, False, ObsSpec((1,), jnp.float32),
-                                   DiscreteSpec(2))
+    net = make_actor_critic("mlp", FAST.hidden_sizes, FAST.activation, False, ObsSpec((1,), jnp.float32),
+                            DiscreteSpec(2))
     logits, value = jax.jit(net.apply)(params, jnp.asarray(obs, jnp.float32))
     return np.asarray(value), np.asarray(jax.nn.softmax(logits))
 
@@ -98,7 +102,7 @@ def test_gae_uses_one_value_function_under_policy_lag(lag, act_values):
 
     T, B = 6, 3
     config = PPOConfig(gamma=0.9, gae_lambda=0.8)
-    net = common.make_actor_critic("mlp", (8,), "tanh", False, ObsSpec((2,), jnp.float32), DiscreteSpec(2))
+    net = make_actor_critic("mlp", (8,), "tanh", False, ObsSpec((2,), jnp.float32), DiscreteSpec(2))
     learner = net.init(jax.random.key(0), jnp.zeros((1, 2)))
     actor = net.init(jax.random.key(1), jnp.zeros((1, 2))) if lag else learner
     rng = np.random.default_rng(0)
@@ -107,7 +111,7 @@ def test_gae_uses_one_value_function_under_policy_lag(lag, act_values):
     terminated, truncated = np.zeros((T, B), bool), np.zeros((T, B), bool)
     terminated[1, 0] = truncated[3, 1] = True  # env 1's time limit: next_obs[3] is its final observation
     next_obs[1, 0], next_obs[3, 1] = rng.standard_normal(2), rng.standard_normal(2)
-    act = jax.jit(common.make_sampling_act(net, value=act_values))
+    act = jax.jit(make_sampling_act(net, value=act_values))
     steps = [act(actor, obs[t], jax.random.key(t)) for t in range(T)]  # as an actor acts, [B] at a time
     traj = Trajectory(obs, np.stack([a for a, _ in steps]), rng.standard_normal((T, B)).astype(np.float32),
                       terminated, truncated, next_obs, jax.tree.map(lambda *xs: jnp.stack(xs), *[e for _, e in steps]))
@@ -115,8 +119,8 @@ def test_gae_uses_one_value_function_under_policy_lag(lag, act_values):
     got_traj, advantage, target, recomputed = jax.jit(gae_advantages_and_targets, static_argnums=(0, 1))(
         net, config, learner, traj)
 
-    _, value = common.apply_time_major(net, learner, jnp.asarray(obs))
-    _, next_value = common.apply_time_major(net, learner, jnp.asarray(next_obs))
+    _, value = apply_time_major(net, learner, jnp.asarray(obs))
+    _, next_value = apply_time_major(net, learner, jnp.asarray(next_obs))
     expected = reference_gae(np.asarray(value), np.asarray(next_value), traj.reward, terminated, truncated, 0.9, 0.8)
     np.testing.assert_allclose(advantage, expected[0], rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(target, expected[1], rtol=1e-5, atol=1e-5)
@@ -126,27 +130,27 @@ def test_gae_uses_one_value_function_under_policy_lag(lag, act_values):
 
 
 def test_minibatches_are_uniformly_random_permutations():
-    """`common.random_permutation` (what every epoch's minibatches are shuffled by): a
+    """`random_permutation` (what every epoch's minibatches are shuffled by): a
     permutation of `range(size)` at sizes with and without a remainder, another for another
     key, and uniform: over 4000 keys, where element 0 lands is uniform over the 8 positions
     (chi-square, 7 degrees of freedom, far below the 0.1% critical value of 24.3), and the
     minibatches of `shuffled_minibatches` hold the shuffled rows whole."""
     for size in (1, 7, 512, 3000):
-        perm = np.asarray(common.random_permutation(jax.random.key(size), size))
+        perm = np.asarray(random_permutation(jax.random.key(size), size))
         np.testing.assert_array_equal(np.sort(perm), np.arange(size))
-    a, b = (np.asarray(common.random_permutation(jax.random.key(k), 512)) for k in (0, 1))
+    a, b = (np.asarray(random_permutation(jax.random.key(k), 512)) for k in (0, 1))
     assert (a != b).any()
-    perms = np.asarray(jax.jit(jax.vmap(lambda k: common.random_permutation(k, 8)))(
+    perms = np.asarray(jax.jit(jax.vmap(lambda k: random_permutation(k, 8)))(
         jax.random.split(jax.random.key(3), 4000)))
     counts = np.bincount(np.argmax(perms == 0, axis=1), minlength=8)
     assert ((counts - 500.0) ** 2 / 500.0).sum() < 24.3, counts
     # Two passes (512 rows): where element 0 lands is uniform over 8 bins of 64 positions.
-    perms = np.asarray(jax.jit(jax.vmap(lambda k: common.random_permutation(k, 512)))(
+    perms = np.asarray(jax.jit(jax.vmap(lambda k: random_permutation(k, 512)))(
         jax.random.split(jax.random.key(4), 4000)))
     counts = np.bincount(np.argmax(perms == 0, axis=1) // 64, minlength=8)
     assert ((counts - 500.0) ** 2 / 500.0).sum() < 24.3, counts
     batch = {"x": jnp.arange(12.0)[:, None] * jnp.ones((1, 3)), "y": jnp.arange(12)}
-    minibatches = common.shuffled_minibatches(jax.random.key(5), batch, 3)
+    minibatches = shuffled_minibatches(jax.random.key(5), batch, 3)
     assert minibatches["x"].shape == (3, 4, 3) and minibatches["y"].shape == (3, 4)
     np.testing.assert_array_equal(np.asarray(minibatches["x"])[..., 0], np.asarray(minibatches["y"]))
     np.testing.assert_array_equal(np.sort(np.asarray(minibatches["y"]).ravel()), np.arange(12))
@@ -164,9 +168,9 @@ def test_random_permutation_is_a_radix_sort_of_its_random_words(size, passes):
     expected = np.arange(size)
     for word in words:
         expected = expected[np.argsort(word, kind="stable")]
-    np.testing.assert_array_equal(np.asarray(common.random_permutation(key, size)), expected)
+    np.testing.assert_array_equal(np.asarray(random_permutation(key, size)), expected)
     with pytest.raises(ValueError, match="at most 2\\^28"):
-        common.random_permutation(key, 2**28 + 1)
+        random_permutation(key, 2**28 + 1)
 
 
 @pytest.mark.parametrize("shape", [(3, 40), (2, 5, 6)])
@@ -199,8 +203,8 @@ def test_ppo_losses_see_each_minibatch_standardised():
         *rest, advantage, target = minibatches
         return (*rest, normalize_per_minibatch(advantage, None), target)
 
-    run = common.make_sgd_epochs(grad_fn, optax.sgd(0.1), common.shuffled_minibatches, num_epochs=3,
-                                 num_minibatches=2, prepare_epoch=prepare)
+    run = make_sgd_epochs(grad_fn, optax.sgd(0.1), shuffled_minibatches, num_epochs=3,
+                          num_minibatches=2, prepare_epoch=prepare)
     batch = tuple(np.zeros(12, np.float32) for _ in range(4)) + (advantages, np.zeros(12, np.float32))
     _, _, metrics = jax.jit(run)({"w": jnp.ones(2)}, optax.sgd(0.1).init({"w": jnp.ones(2)}), batch,
                                  jax.random.key(0))

@@ -21,8 +21,8 @@ import pytest
 
 from anakin.rollout import reset_envs, rollout
 from podracer import parallel
+from podracer.agents.acting import CATEGORICAL
 from podracer.agents.actor_critic import make_actor_critic_model
-from podracer.agents.common import CATEGORICAL
 from podracer.config import EnvConfig
 from podracer.envs import make_configured_jax_env, make_jax_env
 from podracer.types import Agent

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import podracer
-from podracer.agents.common import make_torso
+from podracer.agents.networks import make_torso
 from podracer.config import ConfigError, EnvConfig
 from podracer.envs import make_configured_jax_env, register_jax_env
 from podracer.types import MaskedObs, ObsSpec, zeros_like_spec

@@ -9,7 +9,9 @@ import pytest
 
 from anakin import AnakinConfig, train
 from anakin.rollout import reset_envs, rollout
-from podracer.agents import ImpalaConfig, PPOConfig, common, make_agent
+from podracer.agents import ImpalaConfig, PPOConfig, make_agent
+from podracer.agents.acting import apply_time_major
+from podracer.agents.networks import make_actor_critic
 from podracer.config import Config, EnvConfig
 from podracer.envs import make_jax_env
 from podracer.ops import categorical_log_prob
@@ -48,9 +50,9 @@ def episodic_trajectory(seed: int, T: int = 12, B: int = 4):
 
 def network_outputs(config, params, obs, next_obs, action):
     """The agent's network on the trajectory: `(log_prob [T, B], V(obs), V(next_obs))`."""
-    network = common.make_actor_critic(config.torso, config.hidden_sizes, config.activation, config.shared_torso,
+    network = make_actor_critic(config.torso, config.hidden_sizes, config.activation, config.shared_torso,
                                        OBS_SPEC, ACTION_SPEC)
-    apply = jax.jit(lambda p, x: common.apply_time_major(network, p, x))
+    apply = jax.jit(lambda p, x: apply_time_major(network, p, x))
     logits, value = apply(params, obs)
     _, next_value = apply(params, next_obs)
     return (np.asarray(categorical_log_prob(logits, action)), np.asarray(value), np.asarray(next_value))
@@ -154,7 +156,7 @@ def test_ppo_values_ignore_the_time_limit():
                     arch=AnakinConfig(num_envs=16, rollout_length=8, devices=(0,), updates_per_call=64))
     result = train(config)
     params = jax.tree.map(lambda x: x[0], result.state.agent.params)
-    network = common.make_actor_critic("mlp", (16,), "tanh", False, ObsSpec((1,), jnp.float32), DiscreteSpec(2))
+    network = make_actor_critic("mlp", (16,), "tanh", False, ObsSpec((1,), jnp.float32), DiscreteSpec(2))
     _, value = jax.jit(network.apply)(params, jnp.array([[0.0], [0.25], [0.5], [0.75]]))
     np.testing.assert_allclose(value, [2.0] * 4, atol=0.1)
 

@@ -6,7 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from podracer.agents import PPOConfig, common, make_agent
+from podracer.agents import PPOConfig, make_agent
+from podracer.agents.networks import make_torso
 from podracer.types import DiscreteSpec, ObsSpec, Trajectory
 
 pytestmark = pytest.mark.timeout(180)
@@ -33,7 +34,7 @@ def count(params) -> int:
 @pytest.mark.slow
 @pytest.mark.parametrize("torso, size, features", [("nature_cnn", NATURE, 512), ("impala_cnn", IMPALA, 256)])
 def test_torso_shapes_and_parameter_count(torso, size, features):
-    net = common.make_torso(torso, (64,), "relu", FRAMES)
+    net = make_torso(torso, (64,), "relu", FRAMES)
     frames = np.random.default_rng(0).integers(0, 256, (2,) + FRAMES.shape, dtype=np.uint8)
     params = jax.jit(net.init)(jax.random.key(0), frames[:1])
     assert count(params) == size

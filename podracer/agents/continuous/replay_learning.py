@@ -20,10 +20,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from podracer import parallel
-from podracer.agents import common
 from podracer.agents.continuous.config import ReplayActorCriticConfig
 from podracer.agents.dqn import Step, sample_transitions, stream_continues
+from podracer.agents.minibatches import flatten_time_batch
 from podracer.agents.replay_schedule import replay_metrics, schedule_replay
+from podracer.agents.sgd import check_step_metrics
 from podracer.config import ConfigError
 from podracer.counters import Count
 from podracer.replay import Replay, Transition, make_replay
@@ -90,7 +91,7 @@ def to_steps(traj: Trajectory, continues: Array) -> Step:
     """A `[T, B]` trajectory as `T * B` replay steps, time-major (`[T * B, ...]`);
     `continues [B]`: each environment's first step follows its last stored one."""
     first = jnp.zeros(traj.reward.shape, bool).at[0].set(~continues)
-    return common.flatten_time_batch(Step(traj.obs, traj.action.astype(jnp.float32), traj.reward,
+    return flatten_time_batch(Step(traj.obs, traj.action.astype(jnp.float32), traj.reward,
                                           traj.terminated, traj.truncated, traj.next_obs, first))
 
 
@@ -139,7 +140,7 @@ def make_replay_update(config: ReplayActorCriticConfig, replay: Replay, learn_on
             return actor, learner, jax.tree.map(jnp.add, sums, metrics)
 
         shapes = jax.eval_shape(one_step, state.params.actor, learner, keys[0])[-1]
-        common.check_step_metrics(shapes, step_metrics, name)
+        check_step_metrics(shapes, step_metrics, name)
         sums = varying(jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes))
         actor, learner, sums = jax.lax.fori_loop(0, num_steps, body, (state.params.actor, learner, sums))
         metrics = parallel.pmean(jax.tree.map(lambda x: x / jnp.maximum(num_steps, 1).astype(x.dtype), sums),

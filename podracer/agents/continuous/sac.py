@@ -17,7 +17,7 @@ critics, targets and optimisers (`ContinuousLearnerState`, `extra = SACTemperatu
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -51,7 +51,8 @@ from podracer.types import (
     zeros_like_spec,
 )
 
-__all__ = ["ALGORITHM", "SACConfig", "SACTemperature", "make_sac"]
+__all__ = ["ALGORITHM", "SACConfig", "SACModel", "SACTemperature", "make_sac", "sac_actor_loss", "sac_critic_loss",
+           "sample_policy"]
 
 STEP_METRICS = ("loss", "actor_loss", "q_mean", "temperature", "temperature_loss", "entropy")
 
@@ -61,6 +62,77 @@ class SACTemperature(NamedTuple):
 
     log_temperature: Array
     optimizer: Any
+
+
+class SACModel(NamedTuple):
+    """SAC's networks and action box, as its losses use them."""
+
+    actor: Callable[[Params, Array], tuple[Array, Array]]  # obs [N, ...] -> (mean, log_std) [N, A]
+    critic: Callable[[Params, Array, Array], Array]  # (obs [N, ...], unit-box action [N, A]) -> Q [2, N]
+    low: Array  # the box, [A]
+    high: Array
+    log_scale: Array  # `continuous_q.box_log_scale(low, high)`
+
+
+def sample_policy(actor: Params, model: SACModel, obs: Array, key: PRNGKey) -> tuple[Array, Array]:
+    """A reparameterised sample of the squashed Gaussian policy: the unit-box action `[N, A]`
+    and its log-density in the box `[N]`."""
+    mean, log_std = model.actor(actor, obs)
+    unit, log_prob = continuous_q.squashed_gaussian_sample(key, mean, log_std)
+    return unit, log_prob - model.log_scale
+
+
+def sac_critic_loss(
+    critic: Params, target_critic: Params, actor: Params, model: SACModel, items: Transition, temperature: Array,
+    key: PRNGKey,
+) -> tuple[Array, Array]:
+    """SAC's critic loss, the soft Bellman residual (Haarnoja et al. 2018, "Soft Actor-Critic
+    Algorithms and Applications"), with the clipped double Q of its section 6: both critics
+    regress on the soft target `r + discount * (min(Q1', Q2')(s', a') - alpha log pi(a'|s'))`, `a'` a
+    fresh sample of the policy at the bootstrap observation.
+
+    Args:
+      critic: the twin critics' parameters, differentiated.
+      target_critic: the target critics' parameters (Polyak averages).
+      actor: the policy's parameters (the next action's sample; no gradient to them).
+      model: the networks and the box.
+      items: `[N]` n-step transitions; `action` in the box, `discount` 0 after a termination.
+      temperature: scalar alpha.
+      key: the next action's sample.
+
+    Returns:
+      `(loss, q_mean)`: `mean((Q1 - y)^2) + mean((Q2 - y)^2)`, and the mean of both
+      critics' `Q(obs, action)`.
+    """
+    next_unit, next_log_prob = sample_policy(actor, model, items.next_obs, key)
+    q_t = model.critic(target_critic, items.next_obs, next_unit)
+    target = continuous_q.soft_q_target(items.reward, items.discount, q_t[0], q_t[1], next_log_prob, temperature)
+    q_tm1 = model.critic(critic, items.obs, continuous_q.from_box(items.action, model.low, model.high))
+    return continuous_q.twin_q_loss(q_tm1[0], q_tm1[1], target), jnp.mean(q_tm1)
+
+
+def sac_actor_loss(
+    actor: Params, critic: Params, model: SACModel, obs: Array, temperature: Array, key: PRNGKey
+) -> tuple[Array, Array]:
+    """SAC's policy loss (Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and
+    Applications"): `mean(alpha log pi(a|s) - min(Q1, Q2)(s, a))`, `a` a reparameterised
+    sample. The temperature's own loss (eq. 18) is `podracer.ops.continuous_q.temperature_loss`,
+    on the log-probabilities returned here.
+
+    Args:
+      actor: the policy's parameters, differentiated.
+      critic: the critics' parameters (no gradient to them).
+      model: the networks and the box.
+      obs: `[N, ...]`.
+      temperature: scalar alpha.
+      key: the actions' sample.
+
+    Returns:
+      `(loss, log_prob [N])`: the scalar loss and the samples' log-densities in the box.
+    """
+    unit, log_prob = sample_policy(actor, model, obs, key)
+    q = model.critic(critic, obs, unit)
+    return continuous_q.sac_actor_loss(q[0], q[1], log_prob, temperature), log_prob
 
 
 def make_sac(config: SACConfig, obs_spec: ObservationSpec, action_spec: BoxSpec, *, num_updates: int,
@@ -83,25 +155,14 @@ def make_sac(config: SACConfig, obs_spec: ObservationSpec, action_spec: BoxSpec,
     log_scale = continuous_q.box_log_scale(action_spec.low, action_spec.high)
     replay = make_buffer(config)
 
-    def policy(actor: Params, obs: Array, key: PRNGKey) -> tuple[Array, Array]:
-        """A sampled unit action `[N, A]` and its log-density in the box `[N]`."""
-        mean, log_std = actor_net.apply(actor, obs)
-        unit, log_prob = continuous_q.squashed_gaussian_sample(key, mean, log_std)
-        return unit, log_prob - log_scale
+    model = SACModel(actor_net.apply, critic_net.apply, low, high, log_scale)
 
     def critic_loss(critic: Params, actor: Params, learner: ContinuousLearnerState, items: Transition,
-                    temperature: Array, key: PRNGKey):
-        next_unit, next_log_prob = policy(actor, items.next_obs, key)
-        q_t = critic_net.apply(learner.target_critic, items.next_obs, next_unit)
-        target = continuous_q.soft_q_target(items.reward, items.discount, q_t[0], q_t[1], next_log_prob,
-                                            temperature)
-        q_tm1 = critic_net.apply(critic, items.obs, continuous_q.from_box(items.action, low, high))
-        return continuous_q.twin_q_loss(q_tm1[0], q_tm1[1], target), jnp.mean(q_tm1)
+                    temperature: Array, key: PRNGKey) -> tuple[Array, Array]:
+        return sac_critic_loss(critic, learner.target_critic, actor, model, items, temperature, key)
 
     def actor_loss(actor: Params, critic: Params, obs: Array, temperature: Array, key: PRNGKey):
-        unit, log_prob = policy(actor, obs, key)
-        q = critic_net.apply(critic, obs, unit)
-        return continuous_q.sac_actor_loss(q[0], q[1], log_prob, temperature), log_prob
+        return sac_actor_loss(actor, critic, model, obs, temperature, key)
 
     critic_grad = parallel.value_and_mean_grad(critic_loss, axis_name, has_aux=True)
     actor_grad = parallel.value_and_mean_grad(actor_loss, axis_name, has_aux=True)

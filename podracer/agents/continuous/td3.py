@@ -14,6 +14,7 @@ whose `extra` is the target actor; `local` the device's buffer.
 from __future__ import annotations
 
 import dataclasses
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -47,9 +48,53 @@ from podracer.types import (
     zeros_like_spec,
 )
 
-__all__ = ["ALGORITHM", "TD3Config", "make_td3"]
+__all__ = ["ALGORITHM", "TD3Config", "TD3Model", "make_td3", "td3_actor_loss", "td3_critic_loss"]
 
 STEP_METRICS = ("loss", "actor_loss", "q_mean", "actor_updated")
+
+
+class TD3Model(NamedTuple):
+    """TD3's networks and action box, as its losses use them."""
+
+    actor: Callable[[Params, Array], Array]  # obs [N, ...] -> unit-box action [N, A]
+    critic: Callable[[Params, Array, Array], Array]  # (obs [N, ...], unit-box action [N, A]) -> Q [2, N]
+    low: Array  # the box, [A]
+    high: Array
+
+
+def td3_critic_loss(
+    critic: Params, target_critic: Params, target_actor: Params, model: TD3Model, items: Transition, key: PRNGKey,
+    config: TD3Config,
+) -> tuple[Array, Array]:
+    """TD3's critic loss (Fujimoto et al. 2018, alg. 1): both critics regress on the clipped
+    double-Q target `r + discount * min(Q1', Q2')(s', a')` (eq. 10), `a'` the target actor's
+    action smoothed by clipped Gaussian noise, `clip(mu'(s') + clip(eps, -c, c), -1, 1)` (eq. 14).
+
+    Args:
+      critic: the twin critics' parameters, differentiated.
+      target_critic, target_actor: the target networks' parameters.
+      model: the networks and the box.
+      items: `[N]` n-step transitions; `action` in the box, `discount` 0 after a termination.
+      key: the smoothing noise's.
+      config: the hyperparameters read: `target_noise` (the noise's std, unit-box units) and
+        `target_noise_clip` (c).
+
+    Returns:
+      `(loss, q_mean)`: `mean((Q1 - y)^2) + mean((Q2 - y)^2)`, and the mean of both
+      critics' `Q(obs, action)`.
+    """
+    next_unit = continuous_q.smoothed_target_action(key, model.actor(target_actor, items.next_obs),
+                                                    config.target_noise, config.target_noise_clip)
+    q_t = model.critic(target_critic, items.next_obs, next_unit)
+    target = continuous_q.clipped_double_q_target(items.reward, items.discount, q_t[0], q_t[1])
+    q_tm1 = model.critic(critic, items.obs, continuous_q.from_box(items.action, model.low, model.high))
+    return continuous_q.twin_q_loss(q_tm1[0], q_tm1[1], target), jnp.mean(q_tm1)
+
+
+def td3_actor_loss(actor: Params, critic: Params, model: TD3Model, obs: Array) -> Array:
+    """TD3's actor loss (Fujimoto et al. 2018, alg. 1): the deterministic policy gradient's
+    `-mean(Q1(s, mu(s)))` over `obs [N, ...]`, a scalar; `actor` differentiated, `critic` not."""
+    return continuous_q.td3_actor_loss(model.critic(critic, obs, model.actor(actor, obs))[0])
 
 
 def make_td3(config: TD3Config, obs_spec: ObservationSpec, action_spec: BoxSpec, *, num_updates: int,
@@ -68,16 +113,14 @@ def make_td3(config: TD3Config, obs_spec: ObservationSpec, action_spec: BoxSpec,
     low, high = jnp.asarray(action_spec.low), jnp.asarray(action_spec.high)
     replay = make_buffer(config)
 
-    def critic_loss(critic: Params, learner: ContinuousLearnerState, items: Transition, key: PRNGKey):
-        next_unit = continuous_q.smoothed_target_action(key, actor_net.apply(learner.extra, items.next_obs),
-                                                        config.target_noise, config.target_noise_clip)
-        q_t = critic_net.apply(learner.target_critic, items.next_obs, next_unit)
-        target = continuous_q.clipped_double_q_target(items.reward, items.discount, q_t[0], q_t[1])
-        q_tm1 = critic_net.apply(critic, items.obs, continuous_q.from_box(items.action, low, high))
-        return continuous_q.twin_q_loss(q_tm1[0], q_tm1[1], target), jnp.mean(q_tm1)
+    model = TD3Model(actor_net.apply, critic_net.apply, low, high)
 
-    def actor_loss(actor: Params, critic: Params, obs: Array):
-        return continuous_q.td3_actor_loss(critic_net.apply(critic, obs, actor_net.apply(actor, obs))[0])
+    def critic_loss(critic: Params, learner: ContinuousLearnerState, items: Transition,
+                    key: PRNGKey) -> tuple[Array, Array]:
+        return td3_critic_loss(critic, learner.target_critic, learner.extra, model, items, key, config)
+
+    def actor_loss(actor: Params, critic: Params, obs: Array) -> Array:
+        return td3_actor_loss(actor, critic, model, obs)
 
     critic_grad = parallel.value_and_mean_grad(critic_loss, axis_name, has_aux=True)
     actor_grad = parallel.value_and_mean_grad(actor_loss, axis_name)

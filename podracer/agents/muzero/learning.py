@@ -20,10 +20,10 @@ import jax.numpy as jnp
 import optax
 
 from podracer import ops, parallel
-from podracer.agents.common import check_step_metrics, global_norm
 from podracer.agents.muzero.config import MuZeroConfig
-from podracer.agents.muzero.losses import muzero_loss, unroll_model, unroll_targets
+from podracer.agents.muzero.losses import sequence_loss
 from podracer.agents.muzero.networks import MuZeroNetwork
+from podracer.agents.sgd import check_step_metrics, global_norm
 from podracer.counters import Count
 from podracer.replay import same_observations
 from podracer.replay_sequence import (
@@ -127,30 +127,6 @@ def to_replay_steps(network: MuZeroNetwork, params: Params, traj: Trajectory, ex
     return jax.tree.map(lambda x, e: jnp.asarray(x).astype(e.dtype), steps, example)
 
 
-def make_loss(config: MuZeroConfig, network: MuZeroNetwork) -> Callable[[Params, SequenceSample], tuple]:
-    """`loss(params, sample) -> (loss, metrics)` over sampled sequences `[L, M, ...]`."""
-    K = config.unroll_steps
-    per_sequence_targets = jax.vmap(
-        lambda *xs: unroll_targets(*xs, config.gamma, config.td_steps, K, config.absorbing_terminal),
-        in_axes=1, out_axes=1,
-    )
-
-    def loss(params: Params, sample: SequenceSample) -> tuple[Array, dict[str, Array]]:
-        items: ReplayStep = sample.items
-        targets = per_sequence_targets(items.reward, items.terminated, items.truncated, items.root_value,
-                                       items.final_value, items.search_policy)
-        predictions = unroll_model(
-            lambda obs: network.apply(params, obs, method=MuZeroNetwork.represent),
-            lambda latent, action: network.apply(params, latent, action, method=MuZeroNetwork.dynamics),
-            lambda latent: network.apply(params, latent, method=MuZeroNetwork.predict),
-            items.obs[0], items.action[:K], config.dynamics_gradient_scale,
-        )
-        return muzero_loss(*predictions, targets, config.value_max, config.value_coef, config.policy_coef,
-                           config.reward_coef)
-
-    return loss
-
-
 # The metrics of a gradient step, averaged over an update's steps (0 in one that takes none):
 # the algorithm's `step_metrics`, checked against what `learn_steps` averages when it traces.
 STEP_METRICS = ("loss", "value_loss", "policy_loss", "reward_loss", "value_error", "policy_entropy", "grad_norm")
@@ -164,7 +140,11 @@ def make_learn_on_batch(
     one gradient step on sampled sequences, the gradient averaged over `axis_name`, the
     optimizer's step multiplied by `lr_scale` (AdamW's step, weight decay included, is
     proportional to its learning rate: this is the learning rate times `lr_scale`)."""
-    grad_fn = parallel.value_and_mean_grad(make_loss(config, network), axis_name, has_aux=True)
+
+    def loss(params: Params, sample: SequenceSample) -> tuple[Array, dict[str, Array]]:
+        return sequence_loss(params, network, sample.items, config)
+
+    grad_fn = parallel.value_and_mean_grad(loss, axis_name, has_aux=True)
 
     def learn_on_batch(params: Params, opt_state: Any, sample: SequenceSample, lr_scale: Array = 1.0):
         (_, metrics), grads = grad_fn(params, sample)

@@ -1,5 +1,6 @@
 """MuZero's loss (Schrittwieser et al. 2020, eq. 1 and appendix G), as top-level functions:
-the K-step unroll of the model, the targets of one replayed sequence, and the loss.
+the K-step unroll of the model, the targets of one replayed sequence, the loss between
+predictions and targets, and the whole loss on replayed sequences (`sequence_loss`).
 
 Shapes: a sampled sequence has L = K + n + 1 steps (K unroll steps, n TD steps); the unroll
 predicts at K + 1 states (`k = 0` the encoded observation, `k >= 1` after k dynamics steps).
@@ -7,14 +8,16 @@ predicts at K + 1 states (`k = 0` the encoded observation, `k >= 1` after k dyna
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import chex
 import jax
 import jax.numpy as jnp
 
 from podracer import ops
-from podracer.types import Array
+from podracer.agents.muzero.config import MuZeroConfig
+from podracer.agents.muzero.networks import MuZeroNetwork
+from podracer.types import Array, Params
 
 
 def scale_gradient(x: Array, scale: float) -> Array:
@@ -141,3 +144,39 @@ def muzero_loss(
                                             axis=-1)),
     }
     return loss, metrics
+
+
+def sequence_loss(
+    params: Params, network: MuZeroNetwork, items: Any, config: MuZeroConfig
+) -> tuple[Array, dict[str, Array]]:
+    """MuZero's loss on replayed sequences (Schrittwieser et al. 2020, eq. 1): each
+    sequence's targets (`unroll_targets`), the model unrolled from its first observation along
+    its first K actions (`unroll_model`), and `muzero_loss` between them.
+
+    Args:
+      params: the network's parameters, differentiated.
+      network: the `MuZeroNetwork` (`represent`, `dynamics`, `predict`).
+      items: `[L, M, ...]` sequences with the fields of a replayed step: `obs`, `action`,
+        `reward`, `terminated`, `truncated`, `root_value`, `final_value`, `search_policy`.
+      config: the hyperparameters read: `unroll_steps` (K), `td_steps`, `gamma`,
+        `absorbing_terminal`, `dynamics_gradient_scale`, `value_max`, `value_coef`,
+        `policy_coef`, `reward_coef`.
+
+    Returns:
+      `(loss, metrics)` of `muzero_loss`.
+    """
+    K = config.unroll_steps
+    per_sequence_targets = jax.vmap(
+        lambda *xs: unroll_targets(*xs, config.gamma, config.td_steps, K, config.absorbing_terminal),
+        in_axes=1, out_axes=1,
+    )
+    targets = per_sequence_targets(items.reward, items.terminated, items.truncated, items.root_value,
+                                   items.final_value, items.search_policy)
+    predictions = unroll_model(
+        lambda obs: network.apply(params, obs, method=MuZeroNetwork.represent),
+        lambda latent, action: network.apply(params, latent, action, method=MuZeroNetwork.dynamics),
+        lambda latent: network.apply(params, latent, method=MuZeroNetwork.predict),
+        items.obs[0], items.action[:K], config.dynamics_gradient_scale,
+    )
+    return muzero_loss(*predictions, targets, config.value_max, config.value_coef, config.policy_coef,
+                       config.reward_coef)
