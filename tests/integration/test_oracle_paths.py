@@ -27,8 +27,9 @@ import numpy as np
 import pytest
 
 from anakin.rollout import reset_envs, rollout
-from podracer.agents import ImpalaConfig, PPOConfig, actor_critic, common, make_agent
-from podracer.agents.common import CATEGORICAL
+from podracer.agents import ImpalaConfig, PPOConfig, actor_critic, make_agent
+from podracer.agents.acting import CATEGORICAL
+from podracer.agents.networks import make_torso
 from podracer.agents.normalization import with_normalization
 from podracer.agents.ppo import gae_from_values, vtrace_advantages_and_targets
 from podracer.config import EnvConfig
@@ -67,7 +68,7 @@ def recurrent_setup(kind: str, seed: int = 0):
         "mlp", (HIDDEN,), "tanh", False, OBS_SPEC, ACTION_SPEC, CATEGORICAL, core=kind, core_size=CORE
     )
     net = actor_critic.RecurrentActorCritic(
-        common.make_torso("mlp", (HIDDEN,), "tanh", OBS_SPEC),
+        make_torso("mlp", (HIDDEN,), "tanh", OBS_SPEC),
         ResetCore(kind, CORE),
         actor_critic._heads(HIDDEN, "tanh", False, ACTION_SPEC, 0.0),
     )

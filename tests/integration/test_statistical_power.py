@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from podracer import ops
-from podracer.agents import common
+from podracer.agents import minibatches
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -30,7 +30,7 @@ def test_random_permutation_is_a_permutation_for_every_key(size):
     """`random_permutation` over 1024 keys at sizes of one, two and three radix passes:
     every draw is a permutation of `range(size)` (a tie mishandled in one pass, or a lost
     element, shows as a repeated index)."""
-    perms = np.asarray(jax.jit(jax.vmap(lambda key: common.random_permutation(key, size)))(keys(size)))
+    perms = np.asarray(jax.jit(jax.vmap(lambda key: minibatches.random_permutation(key, size)))(keys(size)))
     np.testing.assert_array_equal(np.sort(perms, axis=1), np.broadcast_to(np.arange(size), perms.shape))
     if size > 7:  # 7! = 5040 permutations: 1024 draws repeat some by chance
         assert len({p.tobytes() for p in perms}) == DRAWS  # no two keys give the same permutation
@@ -41,7 +41,7 @@ def test_shuffled_minibatches_hold_every_row_once_and_whole_for_every_key():
     flat batch exactly once, each row's leaves together (flat transitions)."""
     N, M = 24, 4
     batch = {"id": jnp.arange(N), "x": jnp.arange(N, dtype=jnp.float32)[:, None] * jnp.array([1.0, -1.0])}
-    drawn = jax.jit(jax.vmap(lambda key: common.shuffled_minibatches(key, batch, M)))(keys(1))
+    drawn = jax.jit(jax.vmap(lambda key: minibatches.shuffled_minibatches(key, batch, M)))(keys(1))
     ids, x = np.asarray(drawn["id"]), np.asarray(drawn["x"])
     assert ids.shape == (DRAWS, M, N // M) and x.shape == (DRAWS, M, N // M, 2)
     np.testing.assert_array_equal(np.sort(ids.reshape(DRAWS, N), axis=1), np.broadcast_to(np.arange(N), (DRAWS, N)))
@@ -59,7 +59,7 @@ def test_sequence_minibatches_hold_whole_sequences_for_every_key():
         "env": jnp.broadcast_to(jnp.arange(B), (T, B)),
         "core": jnp.arange(B, dtype=jnp.float32)[None, :, None] * jnp.ones((1, 1, 3)),
     }
-    drawn = jax.device_get(jax.jit(jax.vmap(lambda key: common.sequence_minibatches(key, steps, M)))(keys(2)))
+    drawn = jax.device_get(jax.jit(jax.vmap(lambda key: minibatches.sequence_minibatches(key, steps, M)))(keys(2)))
     assert drawn["time"].shape == (DRAWS, M, T, B // M) and drawn["core"].shape == (DRAWS, M, 1, B // M, 3)
     np.testing.assert_array_equal(drawn["time"], np.broadcast_to(np.arange(T)[:, None], drawn["time"].shape))
     env = drawn["env"]
