@@ -8,6 +8,7 @@ import argparse
 import sys
 from typing import NoReturn
 
+import podracer
 from experiments import commands as commands_registry
 from experiments.commands import BUILTIN_BENCH_COMMANDS
 
@@ -35,8 +36,6 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _version() -> str:
-    import podracer
-
     return podracer.__version__
 
 

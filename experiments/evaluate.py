@@ -27,6 +27,7 @@ from typing import Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from PIL import Image
 
 from experiments.train import load_run_config
 from podracer.agents import make_agent
@@ -34,6 +35,7 @@ from podracer.checkpoint import Checkpointer, NoCheckpointError, checkpoint_dir
 from podracer.config import Config, ConfigError
 from podracer.envs import JaxEnv, UnknownEnvError, make_configured_jax_env
 from podracer.envs.base import clip_action, step_batch
+from podracer.envs.host import host_env_specs, make_host_env
 from podracer.envs.render import can_render
 from podracer.population import concrete_config, make_population, population_size
 from podracer.types import (
@@ -47,7 +49,9 @@ from podracer.types import (
     network_obs_spec,
     split_mask,
 )
+from sebulba.config import SebulbaConfig
 
+# imageio and imageio-ffmpeg (MP4 videos) are not podracer's dependencies: imported where used.
 DEFAULT_MAX_STEPS = 100_000  # the steps an evaluation episode may last (Atari's own limit: 27,000)
 
 
@@ -71,8 +75,6 @@ class Loaded(NamedTuple):
 
 def is_host_run(config: Config) -> bool:
     """Whether the run trained on host environments (Sebulba) rather than JAX ones."""
-    from sebulba.config import SebulbaConfig
-
     return isinstance(config.arch, SebulbaConfig)
 
 
@@ -148,8 +150,6 @@ def _make_env(config: Config) -> JaxEnv:
 
 def specs(config: Config, env: JaxEnv | None) -> tuple[ObservationSpec, ActionSpec]:
     if env is None:
-        from podracer.envs.host import host_env_specs
-
         return host_env_specs(config.env)
     return env.observation_spec(env.default_params), env.action_spec(env.default_params)
 
@@ -213,8 +213,6 @@ def host_episode_returns(config: Config, policy: Policy, params: Params, key: PR
     """Returns of exactly `episodes` episodes (whole games), one per host environment, with
     `record` the frames `uint8 [T, H, W, 3]` of the first one (its last stacked frame), and
     how many were still running after `max_steps` steps (each then counts its return so far)."""
-    from podracer.envs.host import make_host_env
-
     seed = int(jax.random.randint(key, (), 0, 2**31 - 1))
     act = jax.jit(policy.act)
     env = make_host_env(config.env, episodes, seed)
@@ -335,8 +333,6 @@ def write_video(frames: np.ndarray, path: str, fps: int) -> None:
 
         imageio.mimwrite(path, list(frames), fps=fps)
         return
-    from PIL import Image
-
     images = [Image.fromarray(frame) for frame in frames]
     images[0].save(path, save_all=True, append_images=images[1:], duration=int(1000 / fps), loop=0)
 
