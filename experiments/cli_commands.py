@@ -12,7 +12,7 @@ import textwrap
 from experiments.bench import bench_anakin
 from experiments.benchmarks.gpu import run_gpu_bench
 from experiments.benchmarks.table import DEFAULT_MILESTONES, run_table
-from experiments.cli_parser import fail
+from experiments.cli_parser import as_flags, fail
 from experiments.cli_train import resolve_config
 from experiments.commands import bench_commands
 from experiments.evaluate import evaluate
@@ -21,6 +21,7 @@ from experiments.plot import plot_runs
 from experiments.presets import all_presets
 from experiments.signals import stop_on_signals
 from podracer.agents import algorithms
+from podracer.config import ConfigError
 from podracer.envs import jax_env_ids
 from podracer.envs.envpool_env import envpool_ids
 from podracer.envs.families import host_env_families
@@ -58,9 +59,18 @@ def cmd_list(width: int = 100) -> None:
           f"and Discrete or Box actions{families}")
 
 
+# The parameters of `evaluate` and `plot_runs` that are flags of their commands, as the flags.
+EVALUATE_FLAGS = {"episodes": "--episodes", "seed": "--seed", "agent_seed": "--member/--agent-seed",
+                  "sample": "--sample", "video": "--video", "max_steps": "--max-steps", "step": "--step"}
+PLOT_FLAGS = {"labels": "--labels", "by": "--by", "out": "--out"}
+
+
 def cmd_evaluate(args: argparse.Namespace) -> None:
-    result = evaluate(args.run_dir, episodes=args.episodes, seed=args.seed, agent_seed=args.agent_seed,
-                      sample=args.sample, video=args.video, max_steps=args.max_steps, step=args.step)
+    try:
+        result = evaluate(args.run_dir, episodes=args.episodes, seed=args.seed, agent_seed=args.agent_seed,
+                          sample=args.sample, video=args.video, max_steps=args.max_steps, step=args.step)
+    except ConfigError as error:
+        raise as_flags(error, EVALUATE_FLAGS) from None
     if args.json:
         print(json.dumps(result))
     else:
@@ -82,8 +92,11 @@ def cmd_plot(args: argparse.Namespace) -> None:
             fail("--lineage draws one run's lineage; give one RUN_DIR")
         plot_lineage(args.run_dirs[0], args.out)
     else:
-        plot_runs(args.run_dirs, args.out, labels=args.labels, spread=args.spread, smooth=args.smooth,
-                  title=args.title, by=args.by)
+        try:
+            plot_runs(args.run_dirs, args.out, labels=args.labels, spread=args.spread, smooth=args.smooth,
+                      title=args.title, by=args.by)
+        except ConfigError as error:
+            raise as_flags(error, PLOT_FLAGS) from None
     print(f"wrote {args.out}")
 
 

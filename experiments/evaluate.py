@@ -89,14 +89,14 @@ def evaluate(
     # From Python as from the command line (argparse's int): 2.5 episodes, a step "39" or
     # max_steps=2.5 (which ran 2 steps) are refused, not truncated or crashed on.
     episodes, seed, agent_seed, max_steps = (_integer(name, value) for name, value in (
-        ("episodes", episodes), ("seed", seed), ("agent-seed", agent_seed), ("max-steps", max_steps)))
+        ("episodes", episodes), ("seed", seed), ("agent_seed", agent_seed), ("max_steps", max_steps)))
     step = None if step is None else _integer("step", step)
     if episodes < 1:
-        raise ConfigError(f"--episodes must be >= 1, got {episodes}")
+        raise ConfigError(f"episodes must be >= 1, got {episodes}")
     if not 1 <= max_steps < 2**31:  # the JAX loop counts steps in an int32
-        raise ConfigError(f"--max-steps must be in [1, 2**31), got {max_steps}")
+        raise ConfigError(f"max_steps must be in [1, 2**31), got {max_steps}")
     if not 0 <= seed < 2**32:  # jax.random.key keeps the low 32 bits: 2**32 would repeat seed 0
-        raise ConfigError(f"--seed must be in [0, 2**32), got {seed}")
+        raise ConfigError(f"seed must be in [0, 2**32), got {seed}")
     config = load_run_config(run_dir)
     env = None if is_host_run(config) else _make_env(config)
     if video is not None:
@@ -137,7 +137,7 @@ def evaluate(
 
 def _integer(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ConfigError(f"--{name} must be an integer, got {value!r}")
+        raise ConfigError(f"{name} must be an integer, got {value!r}")
     return int(value)
 
 
@@ -159,15 +159,15 @@ def _check_video(env: JaxEnv | None, config: Config, path: str) -> None:
         spec = network_obs_spec(specs(config, None)[0])
         # Pixels only: a 3-D grid of 0/1 planes (MinAtar) is no picture (drawn, it is black).
         if len(spec.shape) != 3 or np.dtype(spec.dtype) != np.uint8:
-            raise ConfigError(f"--video: host environment {config.env.id!r} has no image observations to draw "
+            raise ConfigError(f"video: host environment {config.env.id!r} has no image observations to draw "
                               f"(uint8 pixels [H, W, C]; it observes {np.dtype(spec.dtype).name} {tuple(spec.shape)})")
     elif not can_render(env):
-        raise ConfigError(f"--video: environment {config.env.id!r} cannot render (it has no render(state) method)")
+        raise ConfigError(f"video: environment {config.env.id!r} cannot render (it has no render(state) method)")
     suffix = os.path.splitext(path)[1].lower()
     if suffix not in (".gif", ".mp4"):
-        raise ConfigError(f"--video {path!r}: write a .gif or an .mp4 file")
+        raise ConfigError(f"video {path!r}: write a .gif or an .mp4 file")
     if suffix == ".mp4" and not _mp4_available():
-        raise ConfigError("--video: writing .mp4 needs `pip install imageio imageio-ffmpeg`; use a .gif")
+        raise ConfigError("video: writing .mp4 needs `pip install imageio imageio-ffmpeg`; use a .gif")
 
 
 def load_policy(run_dir: str, config: Config, obs_spec: ObservationSpec, action_spec: ActionSpec, agent_seed: int,
@@ -178,12 +178,12 @@ def load_policy(run_dir: str, config: Config, obs_spec: ObservationSpec, action_
     population = make_population(config)
     num_seeds = population_size(config)
     if not 0 <= agent_seed < num_seeds:
-        raise ConfigError(f"--member/--agent-seed must be in [0, {num_seeds}) for this run ({num_seeds} members), "
+        raise ConfigError(f"agent_seed must be in [0, {num_seeds}) for this run ({num_seeds} members), "
                           f"got {agent_seed}")
     agent_config = config.agent if population is None else concrete_config(config.agent, population.hypers(agent_seed))
     agent = make_agent(agent_config, obs_spec, action_spec, num_updates=1, axis_name=None, env_id=config.env.id)
     if not sample and agent.greedy_act is None:
-        raise ConfigError(f"{type(config.agent).__name__} has no greedy policy; evaluate with --sample")
+        raise ConfigError(f"{type(config.agent).__name__} has no greedy policy; evaluate with sample=True")
     abstract = jax.eval_shape(agent.init, jax.random.key(0)).params
     seed_axis = not is_host_run(config)  # Anakin states carry a leading seed axis
     if seed_axis:
@@ -194,7 +194,7 @@ def load_policy(run_dir: str, config: Config, obs_spec: ObservationSpec, action_
         try:
             params, progress = checkpoints.restore_part(abstract, ("agent", "params"), step)
         except NoCheckpointError as error:  # a step the run did not keep
-            raise ConfigError(f"--step {step}: {error}") from None
+            raise ConfigError(f"step {step}: {error}") from None
     if seed_axis:
         params = jax.tree.map(lambda x: x[agent_seed], params)
     if sample:
