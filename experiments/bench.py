@@ -10,19 +10,12 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from anakin import program, runner
+from anakin.runner import select_devices
+from podracer.agents import PPOConfig
+from podracer.agents.muzero import without_search
 from podracer.config import Config, ConfigError
-
-
-def cmd_bench_gpu(out: str | None, smoke: bool) -> None:
-    """`podracer bench gpu --out FILE [--smoke]` (see `experiments.benchmarks.gpu`)."""
-    from experiments.benchmarks.gpu import run_gpu_bench
-    from experiments.cli_parser import fail
-
-    if out is None:
-        fail("bench gpu needs --out FILE (the JSON records)")
-    report = run_gpu_bench(out, smoke=smoke, log=lambda line: print(line, flush=True))
-    failed = [record["part"] for record in report["parts"] if record["status"] in ("failed", "timeout")]
-    print(f"wrote {out}" + (f" ({', '.join(failed)} did not finish: see their records)" if failed else ""))
+from podracer.envs.gymnax_env import GYMNAX_IDS
 
 
 def _timed_calls(call: Any, state: Any, n: int, repeats: int, warmup: int = 1) -> tuple[Any, float]:
@@ -65,8 +58,6 @@ def bench_anakin(config: Config, repeats: int = 5, compare_reference: bool = Fal
     hand-written PPO (`experiments.benchmarks.reference_ppo`) runs the same updates per call
     and its calls alternate with podracer's, so that both see the same machine load:
     `reference_sps`, `speedup` (podracer / reference) and both compile times."""
-    from anakin import program, runner
-
     if compare_reference:
         _check_reference(config)
     s = runner.setup(config)
@@ -110,9 +101,6 @@ def warmup_calls(config: Config, steps_per_call: int) -> int:
 
 def _check_reference(config: Config) -> None:
     """What the hand-written reference can run; a ConfigError, before anything compiles."""
-    from podracer.agents import PPOConfig
-    from podracer.envs.gymnax_env import GYMNAX_IDS
-
     ppo = config.agent
     if not isinstance(ppo, PPOConfig) or ppo.advantage != "gae" or ppo.torso != "mlp" or ppo.shared_torso:
         raise ConfigError("--compare-reference: the reference is PPO with GAE and separate MLP actor and critic; "
@@ -123,6 +111,7 @@ def _check_reference(config: Config) -> None:
 
 
 def _reference_call(config: Config, num_updates: int, n: int) -> tuple[_Timed, float]:
+    # Here, not at the top: the reference imports gymnax (about 1.8 s), which `podracer --help` need not load.
     from experiments.benchmarks.reference_ppo import make_reference
 
     ppo = config.agent
@@ -134,14 +123,10 @@ def _reference_call(config: Config, num_updates: int, n: int) -> tuple[_Timed, f
 
 
 def runner_devices(config: Config) -> list:
-    from anakin.runner import select_devices
-
     return select_devices(config.arch.devices)
 
 
 def _rollout_seconds(config: Config, s: Any, state: Any, n: int, repeats: int) -> tuple[Any, float]:
-    from anakin import program
-
     rollout_call = program.make_rollout_call(s.env, s.env_params, s.agent, s.mesh, config.arch.rollout_length)
     return _timed_calls(rollout_call, state, n, repeats)
 
@@ -151,9 +136,6 @@ def _without_search(config: Config, s: Any, state: Any, n: int, repeats: int, st
     """For a search agent (MuZero): `limit_sps_without_search`, acting with the prediction
     network alone on the same envs, and `search_cost` (how many times slower the search
     acts); nothing for other agents."""
-    from anakin import program
-    from podracer.agents.muzero import without_search
-
     prior = without_search(s.agent, config.agent, s.env.observation_spec(s.env_params),
                            s.env.action_spec(s.env_params))
     if prior is None:

@@ -24,10 +24,10 @@ import sys
 import traceback
 import warnings
 
-from experiments.bench import cmd_bench_gpu
 from experiments.cli_commands import (
     check_bench_options,
     cmd_bench,
+    cmd_bench_gpu,
     cmd_bench_table,
     cmd_evaluate,
     cmd_list,
@@ -43,6 +43,7 @@ from experiments.cli_process import (
 )
 from experiments.cli_train import cmd_launch_local, cmd_train, cmd_train_help, resolve_config
 from experiments.commands import bench_commands, command_error_types, commands, describe_command_error
+from experiments.report import cmd_report
 from experiments.startup import StartupError
 from podracer.config import ConfigError
 from podracer.distributed import ANNOUNCE_TIMEOUT_S, DistributedError, failure, followed, process_id
@@ -96,8 +97,6 @@ def main(argv: list[str] | None = None) -> None:
         elif args.command == "plot":
             cmd_plot(args)
         elif args.command == "report":
-            from experiments.report import cmd_report
-
             cmd_report(args)
         elif args.command == "launch-local":
             cmd_launch_local(args.preset, args.resume, rest, args.num_processes, args.cpu_devices)

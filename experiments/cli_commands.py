@@ -1,5 +1,5 @@
 """The `podracer` commands around training: list, evaluate, plot and bench (anakin, sebulba,
-table; benchmarks that applications register run through `experiments.commands`)."""
+table, gpu; benchmarks that applications register run through `experiments.commands`)."""
 
 from __future__ import annotations
 
@@ -7,23 +7,30 @@ import argparse
 import json
 import math
 import sys
+import textwrap
 
-from experiments.cli_parser import fail
+from experiments.bench import bench_anakin
+from experiments.benchmarks.gpu import run_gpu_bench
+from experiments.benchmarks.table import DEFAULT_MILESTONES, run_table
+from experiments.cli_parser import as_flags, fail
 from experiments.cli_train import resolve_config
 from experiments.commands import bench_commands
+from experiments.evaluate import evaluate
+from experiments.lineage import plot_lineage
+from experiments.plot import plot_runs
 from experiments.presets import all_presets
+from experiments.signals import stop_on_signals
+from podracer.agents import algorithms
+from podracer.config import ConfigError
+from podracer.envs import jax_env_ids
+from podracer.envs.envpool_env import envpool_ids
 from podracer.envs.families import host_env_families
+from sebulba import bench
 
 
 def cmd_list(width: int = 100) -> None:
     """Presets grouped by algorithm and architecture, with whole descriptions; then the
     algorithms and environments."""
-    import textwrap
-
-    from podracer.agents import algorithms
-    from podracer.envs import jax_env_ids
-    from podracer.envs.envpool_env import envpool_ids
-
     names = {algorithm.config: name for name, algorithm in algorithms().items()}
     groups: dict[tuple[str, str], list[tuple[str, str]]] = {}
     for preset, make in all_presets().items():
@@ -52,11 +59,18 @@ def cmd_list(width: int = 100) -> None:
           f"and Discrete or Box actions{families}")
 
 
-def cmd_evaluate(args: argparse.Namespace) -> None:
-    from experiments.evaluate import evaluate
+# The parameters of `evaluate` and `plot_runs` that are flags of their commands, as the flags.
+EVALUATE_FLAGS = {"episodes": "--episodes", "seed": "--seed", "agent_seed": "--member/--agent-seed",
+                  "sample": "--sample", "video": "--video", "max_steps": "--max-steps", "step": "--step"}
+PLOT_FLAGS = {"labels": "--labels", "by": "--by", "out": "--out"}
 
-    result = evaluate(args.run_dir, episodes=args.episodes, seed=args.seed, agent_seed=args.agent_seed,
-                      sample=args.sample, video=args.video, max_steps=args.max_steps, step=args.step)
+
+def cmd_evaluate(args: argparse.Namespace) -> None:
+    try:
+        result = evaluate(args.run_dir, episodes=args.episodes, seed=args.seed, agent_seed=args.agent_seed,
+                          sample=args.sample, video=args.video, max_steps=args.max_steps, step=args.step)
+    except ConfigError as error:
+        raise as_flags(error, EVALUATE_FLAGS) from None
     if args.json:
         print(json.dumps(result))
     else:
@@ -71,19 +85,18 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 
 
 def cmd_plot(args: argparse.Namespace) -> None:
-    from experiments.plot import plot_runs
-
     if args.smooth < 1:  # a moving average over no rows
         fail(f"--smooth must be >= 1 (rows averaged), got {args.smooth}")
     if args.lineage:
-        from experiments.lineage import plot_lineage
-
         if len(args.run_dirs) != 1:
             fail("--lineage draws one run's lineage; give one RUN_DIR")
         plot_lineage(args.run_dirs[0], args.out)
     else:
-        plot_runs(args.run_dirs, args.out, labels=args.labels, spread=args.spread, smooth=args.smooth,
-                  title=args.title, by=args.by)
+        try:
+            plot_runs(args.run_dirs, args.out, labels=args.labels, spread=args.spread, smooth=args.smooth,
+                      title=args.title, by=args.by)
+        except ConfigError as error:
+            raise as_flags(error, PLOT_FLAGS) from None
     print(f"wrote {args.out}")
 
 
@@ -128,10 +141,16 @@ def check_bench_options(args: argparse.Namespace, parser: argparse.ArgumentParse
             fail(f"{option} applies to bench {names}, not bench {args.arch}")
 
 
-def cmd_bench_table(args: argparse.Namespace, overrides: list[str]) -> int:
-    from experiments.benchmarks.table import DEFAULT_MILESTONES, run_table
-    from experiments.signals import stop_on_signals
+def cmd_bench_gpu(out: str | None, smoke: bool) -> None:
+    """`podracer bench gpu --out FILE [--smoke]` (see `experiments.benchmarks.gpu`)."""
+    if out is None:
+        fail("bench gpu needs --out FILE (the JSON records)")
+    report = run_gpu_bench(out, smoke=smoke, log=lambda line: print(line, flush=True))
+    failed = [record["part"] for record in report["parts"] if record["status"] in ("failed", "timeout")]
+    print(f"wrote {out}" + (f" ({', '.join(failed)} did not finish: see their records)" if failed else ""))
 
+
+def cmd_bench_table(args: argparse.Namespace, overrides: list[str]) -> int:
     if not args.presets or args.out is None:
         fail("bench table needs --presets A [B ...] and --out DIR")
     with stop_on_signals() as stop:
@@ -152,12 +171,8 @@ def cmd_bench(arch: str, preset: str | None, overrides: list[str], as_json: bool
         fail(f"--seconds must be a positive number of seconds, got {seconds}")
     config = resolve_config(preset or f"ppo-cartpole-{arch}", overrides)
     if arch == "anakin":
-        from experiments.bench import bench_anakin
-
         result = bench_anakin(config, compare_reference=compare_reference)
     else:
-        from sebulba import bench
-
         result = {"arch": "sebulba", **bench(config, seconds=seconds)}
     if as_json:
         print(json.dumps(result))

@@ -5,11 +5,14 @@ one-line usage error (exit status 2) that every bad input ends in."""
 from __future__ import annotations
 
 import argparse
+import re
 import sys
-from typing import NoReturn
+from typing import Mapping, NoReturn
 
+import podracer
 from experiments import commands as commands_registry
 from experiments.commands import BUILTIN_BENCH_COMMANDS
+from podracer.config import ConfigError
 
 USAGE_ERROR = 2
 
@@ -21,6 +24,28 @@ def fail(message: str) -> NoReturn:
     """A user error: one line on stderr, exit status 2."""
     print(f"podracer: error: {message}", file=sys.stderr)
     raise SystemExit(USAGE_ERROR)
+
+
+def as_flags(error: ConfigError, flags: Mapping[str, str]) -> ConfigError:
+    """The command line's form of an error from the Python function a command runs: that
+    function's messages name its parameters (`max_steps must be in ...`, `evaluate with
+    sample=True`), the command's name its flags (`--max-steps must be in ...`).
+
+    Args:
+        error: raised by the function.
+        flags: each parameter of the function that is a flag of the command -> that flag
+            (`{"max_steps": "--max-steps"}`).
+
+    Returns:
+        A ConfigError whose message has the parameter it starts with, and any `NAME=True` in
+        it, written as the flag; the message is otherwise unchanged.
+    """
+    message = str(error)
+    for name, flag in flags.items():
+        if re.match(rf"{re.escape(name)}(?=[ :])", message):
+            message = flag + message[len(name):]
+        message = message.replace(f"{name}=True", flag)
+    return ConfigError(message)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -35,8 +60,6 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _version() -> str:
-    import podracer
-
     return podracer.__version__
 
 

@@ -1,6 +1,7 @@
 """What the `podracer` command sets up in its process before a command runs, and how it
 leaves a multi-process run: user modules (`$PODRACER_IMPORT`), the CPU's device split, JAX's
-persistent compilation cache."""
+persistent compilation cache. JAX is imported with podracer; what is set here must come before
+its backends start (on first use), not before it is imported."""
 
 from __future__ import annotations
 
@@ -10,7 +11,10 @@ import sys
 import time
 from typing import NoReturn
 
+import jax
+
 from experiments.cli_parser import fail
+from podracer import distributed
 from podracer.plugins import PluginError, import_modules, modules_to_import
 
 
@@ -33,8 +37,6 @@ def use_cpu_devices(count: int | None) -> None:
         return
     if count < 1:
         fail(f"--cpu-devices must be >= 1, got {count}")
-    import jax
-
     jax.config.update("jax_num_cpu_devices", count)
 
 
@@ -52,8 +54,6 @@ def use_compilation_cache() -> str | None:
     2048) JAX deletes the least recently used programs. A cache the user configured for JAX
     itself (`JAX_COMPILATION_CACHE_DIR`, or `jax.config` in a notebook) is left as it is,
     bound included. Returns the directory in use, or None."""
-    import jax
-
     configured = jax.config.jax_compilation_cache_dir
     if configured:
         return configured
@@ -106,8 +106,6 @@ def _cache_max_mb() -> int:
 
 
 def joined_other_processes() -> bool:
-    import jax
-
     return jax.distributed.is_initialized()
 
 
@@ -124,8 +122,6 @@ def leave_the_run(code: int, message: str | None = None) -> NoReturn:
         if message:
             print(message, file=sys.stderr)
         raise SystemExit(code)
-    from podracer import distributed
-
     if not distributed.start_leaving():
         time.sleep(LEAVING_S)  # the watchdog's thread ends the process meanwhile
     elif message:

@@ -4,23 +4,30 @@ launch-local`: resolving the config, the run's summary line and the stop line's 
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import signal
 import sys
 
+import jax
+
+from experiments import train as train_lib
 from experiments.cli_parser import fail
+from experiments.help import format_help
+from experiments.launch import launch_local
+from experiments.overrides import apply_overrides, split_overrides
+from experiments.presets import all_presets
+from experiments.signals import stop_on_signals
+from experiments.sweep import split_population_args, train_each, with_population_args
+from podracer import distributed
+from podracer.config import Config
+from podracer.logging import read_jsonl
 
 
 def resolve_config(preset: str, overrides: list[str]):
-    from experiments.overrides import apply_overrides
-    from experiments.presets import all_presets
-    from experiments.sweep import split_population_args, with_population_args
-
     presets = all_presets()
 
     if preset not in presets:
-        import difflib
-
         close = difflib.get_close_matches(preset, list(presets), n=1)
         hint = f"; did you mean {close[0]}?" if close else "; run `podracer list`"
         fail(f"unknown preset {preset!r}{hint}")
@@ -35,16 +42,10 @@ def cmd_train_help(parser: argparse.ArgumentParser, preset: str | None, override
         commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
         print(commands.choices["train"].format_help())
         return
-    from experiments.help import format_help
-
     print(format_help(preset, resolve_config(preset, overrides)))
 
 
 def cmd_train(preset: str | None, resume_dir: str | None, overrides: list[str]) -> int:
-    from experiments import train as train_lib
-    from experiments.signals import stop_on_signals
-    from experiments.sweep import split_population_args
-
     if preset is None and resume_dir is None:
         fail("give a preset to train, or --resume RUN_DIR")
     config = resolve_config(preset, overrides) if preset is not None and resume_dir is None else None
@@ -63,9 +64,7 @@ def cmd_train(preset: str | None, resume_dir: str | None, overrides: list[str]) 
         print(f"podracer: stopped by {by} at {env_steps:,} env steps, checkpoint saved; "
               f"continue with: {resume_command(result.run_dir)}", file=sys.stderr)
         return 128 + (stop.signum or signal.SIGTERM)
-    from podracer.distributed import is_leader
-
-    if not is_leader():  # process 0 alone reports a multi-process run
+    if not distributed.is_leader():  # process 0 alone reports a multi-process run
         return 0
     steps = f"{env_steps:,}" if isinstance(env_steps, int) else env_steps
     print(f"done: {steps} env steps, final return {final_return(result.run_dir)}, run dir {result.run_dir}")
@@ -74,9 +73,6 @@ def cmd_train(preset: str | None, resume_dir: str | None, overrides: list[str]) 
 
 def cmd_train_each(preset: str, config, each: list[str]) -> int:
     """`podracer train PRESET --sweep-each ...`: one program per setting, one after another."""
-    from experiments.signals import stop_on_signals
-    from experiments.sweep import train_each
-
     with stop_on_signals() as stop:
         results = train_each(config, each, preset, should_stop=stop)
     if results[-1].stopped:
@@ -93,13 +89,9 @@ def cmd_train_each(preset: str, config, each: list[str]) -> int:
 def resume_command(run_dir: str) -> str:
     """The command that continues a stopped run on what it ran on: the same number of
     processes and (fake CPU) devices, which a checkpoint's per-device state needs."""
-    import jax
-
-    from podracer.distributed import process_count
-
     fake = jax.default_backend() == "cpu" and jax.local_device_count() > 1
     devices = f" --cpu-devices {jax.local_device_count()}" if fake else ""
-    processes = process_count()
+    processes = distributed.process_count()
     if processes == 1:
         return f"podracer train --resume {run_dir}{devices}"
     return (f"podracer launch-local -n {processes}{devices} --resume {run_dir} (on a cluster, podracer train "
@@ -109,8 +101,6 @@ def resume_command(run_dir: str) -> str:
 def final_return(run_dir: str) -> str:
     """The last logged `episode_return` of the run, all its sessions included (a resumed
     run's rows continue those before it; a finished run resumed again logs none), or `-`."""
-    from podracer.logging import read_jsonl
-
     path = os.path.join(run_dir, "metrics.jsonl")
     rows = read_jsonl(path) if os.path.exists(path) else []
     last = next((row["episode_return"] for row in reversed(rows) if row.get("episode_return") is not None), None)
@@ -122,9 +112,6 @@ def resume_distributed(preset: str | None, overrides: list[str]):
     """The `distributed` section of a resumed session: only `--distributed.*` overrides
     may come with `--resume` (which process this is, where the coordinator is); the rest
     of the config is the run's saved one."""
-    from experiments.overrides import apply_overrides, split_overrides
-    from podracer.config import Config
-
     names = [name for name, _ in split_overrides(overrides)]
     if preset is not None or any(not name.startswith("distributed.") for name in names):
         extra = ([preset] if preset is not None else []) + overrides
@@ -135,8 +122,6 @@ def resume_distributed(preset: str | None, overrides: list[str]):
 
 def cmd_launch_local(preset: str | None, resume_dir: str | None, overrides: list[str], num_processes: int,
                      cpu_devices: int | None) -> None:
-    from experiments.launch import launch_local
-
     if num_processes < 1:
         fail(f"-n must be >= 1, got {num_processes}")
     if cpu_devices is not None and cpu_devices < 1:

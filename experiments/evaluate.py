@@ -27,6 +27,7 @@ from typing import Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from PIL import Image
 
 from experiments.train import load_run_config
 from podracer.agents import make_agent
@@ -34,6 +35,7 @@ from podracer.checkpoint import Checkpointer, NoCheckpointError, checkpoint_dir
 from podracer.config import Config, ConfigError
 from podracer.envs import JaxEnv, UnknownEnvError, make_configured_jax_env
 from podracer.envs.base import clip_action, step_batch
+from podracer.envs.host import host_env_specs, make_host_env
 from podracer.envs.render import can_render
 from podracer.population import concrete_config, make_population, population_size
 from podracer.types import (
@@ -47,7 +49,9 @@ from podracer.types import (
     network_obs_spec,
     split_mask,
 )
+from sebulba.config import SebulbaConfig
 
+# imageio and imageio-ffmpeg (MP4 videos) are not podracer's dependencies: imported where used.
 DEFAULT_MAX_STEPS = 100_000  # the steps an evaluation episode may last (Atari's own limit: 27,000)
 
 
@@ -71,8 +75,6 @@ class Loaded(NamedTuple):
 
 def is_host_run(config: Config) -> bool:
     """Whether the run trained on host environments (Sebulba) rather than JAX ones."""
-    from sebulba.config import SebulbaConfig
-
     return isinstance(config.arch, SebulbaConfig)
 
 
@@ -87,14 +89,14 @@ def evaluate(
     # From Python as from the command line (argparse's int): 2.5 episodes, a step "39" or
     # max_steps=2.5 (which ran 2 steps) are refused, not truncated or crashed on.
     episodes, seed, agent_seed, max_steps = (_integer(name, value) for name, value in (
-        ("episodes", episodes), ("seed", seed), ("agent-seed", agent_seed), ("max-steps", max_steps)))
+        ("episodes", episodes), ("seed", seed), ("agent_seed", agent_seed), ("max_steps", max_steps)))
     step = None if step is None else _integer("step", step)
     if episodes < 1:
-        raise ConfigError(f"--episodes must be >= 1, got {episodes}")
+        raise ConfigError(f"episodes must be >= 1, got {episodes}")
     if not 1 <= max_steps < 2**31:  # the JAX loop counts steps in an int32
-        raise ConfigError(f"--max-steps must be in [1, 2**31), got {max_steps}")
+        raise ConfigError(f"max_steps must be in [1, 2**31), got {max_steps}")
     if not 0 <= seed < 2**32:  # jax.random.key keeps the low 32 bits: 2**32 would repeat seed 0
-        raise ConfigError(f"--seed must be in [0, 2**32), got {seed}")
+        raise ConfigError(f"seed must be in [0, 2**32), got {seed}")
     config = load_run_config(run_dir)
     env = None if is_host_run(config) else _make_env(config)
     if video is not None:
@@ -135,7 +137,7 @@ def evaluate(
 
 def _integer(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ConfigError(f"--{name} must be an integer, got {value!r}")
+        raise ConfigError(f"{name} must be an integer, got {value!r}")
     return int(value)
 
 
@@ -148,8 +150,6 @@ def _make_env(config: Config) -> JaxEnv:
 
 def specs(config: Config, env: JaxEnv | None) -> tuple[ObservationSpec, ActionSpec]:
     if env is None:
-        from podracer.envs.host import host_env_specs
-
         return host_env_specs(config.env)
     return env.observation_spec(env.default_params), env.action_spec(env.default_params)
 
@@ -159,15 +159,15 @@ def _check_video(env: JaxEnv | None, config: Config, path: str) -> None:
         spec = network_obs_spec(specs(config, None)[0])
         # Pixels only: a 3-D grid of 0/1 planes (MinAtar) is no picture (drawn, it is black).
         if len(spec.shape) != 3 or np.dtype(spec.dtype) != np.uint8:
-            raise ConfigError(f"--video: host environment {config.env.id!r} has no image observations to draw "
+            raise ConfigError(f"video: host environment {config.env.id!r} has no image observations to draw "
                               f"(uint8 pixels [H, W, C]; it observes {np.dtype(spec.dtype).name} {tuple(spec.shape)})")
     elif not can_render(env):
-        raise ConfigError(f"--video: environment {config.env.id!r} cannot render (it has no render(state) method)")
+        raise ConfigError(f"video: environment {config.env.id!r} cannot render (it has no render(state) method)")
     suffix = os.path.splitext(path)[1].lower()
     if suffix not in (".gif", ".mp4"):
-        raise ConfigError(f"--video {path!r}: write a .gif or an .mp4 file")
+        raise ConfigError(f"video {path!r}: write a .gif or an .mp4 file")
     if suffix == ".mp4" and not _mp4_available():
-        raise ConfigError("--video: writing .mp4 needs `pip install imageio imageio-ffmpeg`; use a .gif")
+        raise ConfigError("video: writing .mp4 needs `pip install imageio imageio-ffmpeg`; use a .gif")
 
 
 def load_policy(run_dir: str, config: Config, obs_spec: ObservationSpec, action_spec: ActionSpec, agent_seed: int,
@@ -178,12 +178,12 @@ def load_policy(run_dir: str, config: Config, obs_spec: ObservationSpec, action_
     population = make_population(config)
     num_seeds = population_size(config)
     if not 0 <= agent_seed < num_seeds:
-        raise ConfigError(f"--member/--agent-seed must be in [0, {num_seeds}) for this run ({num_seeds} members), "
+        raise ConfigError(f"agent_seed must be in [0, {num_seeds}) for this run ({num_seeds} members), "
                           f"got {agent_seed}")
     agent_config = config.agent if population is None else concrete_config(config.agent, population.hypers(agent_seed))
     agent = make_agent(agent_config, obs_spec, action_spec, num_updates=1, axis_name=None, env_id=config.env.id)
     if not sample and agent.greedy_act is None:
-        raise ConfigError(f"{type(config.agent).__name__} has no greedy policy; evaluate with --sample")
+        raise ConfigError(f"{type(config.agent).__name__} has no greedy policy; evaluate with sample=True")
     abstract = jax.eval_shape(agent.init, jax.random.key(0)).params
     seed_axis = not is_host_run(config)  # Anakin states carry a leading seed axis
     if seed_axis:
@@ -194,7 +194,7 @@ def load_policy(run_dir: str, config: Config, obs_spec: ObservationSpec, action_
         try:
             params, progress = checkpoints.restore_part(abstract, ("agent", "params"), step)
         except NoCheckpointError as error:  # a step the run did not keep
-            raise ConfigError(f"--step {step}: {error}") from None
+            raise ConfigError(f"step {step}: {error}") from None
     if seed_axis:
         params = jax.tree.map(lambda x: x[agent_seed], params)
     if sample:
@@ -213,8 +213,6 @@ def host_episode_returns(config: Config, policy: Policy, params: Params, key: PR
     """Returns of exactly `episodes` episodes (whole games), one per host environment, with
     `record` the frames `uint8 [T, H, W, 3]` of the first one (its last stacked frame), and
     how many were still running after `max_steps` steps (each then counts its return so far)."""
-    from podracer.envs.host import make_host_env
-
     seed = int(jax.random.randint(key, (), 0, 2**31 - 1))
     act = jax.jit(policy.act)
     env = make_host_env(config.env, episodes, seed)
@@ -335,8 +333,6 @@ def write_video(frames: np.ndarray, path: str, fps: int) -> None:
 
         imageio.mimwrite(path, list(frames), fps=fps)
         return
-    from PIL import Image
-
     images = [Image.fromarray(frame) for frame in frames]
     images[0].save(path, save_all=True, append_images=images[1:], duration=int(1000 / fps), loop=0)
 

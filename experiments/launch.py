@@ -16,6 +16,9 @@ import subprocess
 import sys
 import time
 
+from experiments.signals import stop_on_signals
+from experiments.watchdog import WAIT_FAILED
+
 
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -40,8 +43,6 @@ def launch_local(train_args: list[str], num_processes: int, cpu_devices: int | N
     SIGTERM or Ctrl-C to the launcher stops the run as it stops any run: every process gets
     SIGTERM, checkpoints and exits within its own `distributed.stop_timeout_s`, and the
     launcher waits for them (128 + the signal); a second Ctrl-C gives up at once."""
-    from experiments.signals import stop_on_signals
-
     env = dict(os.environ)
     if cpu_devices:
         env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={cpu_devices}".strip()
@@ -85,8 +86,6 @@ def root_status(failed: list[int]) -> int:
     order): the first other than 1, which is also the status of a process that stops
     because another one failed (`experiments.watchdog`), so that a usage error (2) or a
     crash one process had is reported rather than the others' following it."""
-    from experiments.watchdog import WAIT_FAILED
-
     return next((code for code in failed if code != WAIT_FAILED), failed[0])
 
 

@@ -19,6 +19,8 @@ from podracer.config import ConfigError
 from podracer.logging import read_jsonl
 
 COLORS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
+# matplotlib is imported by the functions that draw: it takes about 0.35 s, which the commands that
+# import this module without drawing need not spend.
 GRID_POINTS = 200
 
 
@@ -148,11 +150,11 @@ def plot_figure(
     if isinstance(run_dirs, (str, os.PathLike)):
         run_dirs = [run_dirs]  # one run, not the characters of its path
     if labels is not None and len(labels) != len(run_dirs):
-        raise ConfigError(f"--labels: got {len(labels)} labels for {len(run_dirs)} runs")
+        raise ConfigError(f"labels: got {len(labels)} labels for {len(run_dirs)} runs")
     if spread not in ("stderr", "minmax"):
         raise ConfigError(f"spread must be stderr or minmax, got {spread!r}")
     if by not in BY:
-        raise ConfigError(f"--by must be one of {', '.join(BY)}, got {by!r}")
+        raise ConfigError(f"by must be one of {', '.join(BY)}, got {by!r}")
     groups: dict[str, list[Curves]] = {}
     for run_dir, label in zip(run_dirs, labels or default_labels(run_dirs)):
         for name, curves in member_curves(run_dir, label, by).items():
@@ -169,14 +171,14 @@ def plot_runs(
 
     suffix = os.path.splitext(str(out))[1].lower().lstrip(".")
     if suffix not in FigureCanvasBase.get_supported_filetypes():
-        raise ConfigError(f"--out {str(out)!r}: write a .png, .pdf or .svg file")
+        raise ConfigError(f"out {str(out)!r}: write a .png, .pdf or .svg file")
     figure = plot_figure(run_dirs, labels, spread, smooth, title, by)
     directory = os.path.dirname(os.path.abspath(out))
     try:
         os.makedirs(directory, exist_ok=True)
         figure.savefig(out, dpi=200, bbox_inches="tight")
     except OSError as error:
-        raise ConfigError(f"--out {out!r} is not writable: {error.strerror or error}") from None
+        raise ConfigError(f"out {out!r} is not writable: {error.strerror or error}") from None
 
 
 def _draw(groups: dict[str, list[Curves]], spread: str, smooth: int, title: str | None):

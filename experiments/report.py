@@ -31,6 +31,7 @@ from experiments.train import load_run_config
 from podracer.config import ConfigError
 from podracer.logging import read_jsonl
 
+# rliable (the `report` extra) and matplotlib (about 0.35 s to import) are imported where used.
 ESTIMATORS = ("iqm", "median", "mean", "optimality_gap")
 
 

@@ -19,6 +19,7 @@ import os
 import typing
 from typing import Any, NamedTuple
 
+from experiments import train as train_lib
 from experiments.overrides import apply_overrides, closest_path, field_paths
 from podracer.config import ConfigError
 
@@ -107,8 +108,6 @@ def train_each(config: Any, each: list[str], name: str, should_stop: Any = None)
     return their `TrainResult`s; a stopped one ends the list (each sub-run resumes alone,
     `podracer train --resume RUN_DIR/<setting>`). Every setting is built and validated
     before the first trains."""
-    from experiments import train as train_lib
-
     settings = program_settings(config, each)
     parent = config.run_dir or train_lib.default_run_dir(name)
     results = []

@@ -19,20 +19,29 @@ import os
 import warnings
 from typing import Any, Callable, Iterator
 
+import jax
+
+from anakin import runner as anakin_runner
+from anakin.config import AnakinConfig
 from experiments import startup
+from experiments.presets import PRESETS
 from experiments.run_end import run_end_hooks
 from experiments.signals import StopRequest
 from experiments.watchdog import Watchdog
 from podracer import config as config_lib
 from podracer import distributed
+from podracer.agents import registry
 from podracer.checkpoint import Checkpointer, NoCheckpointError, Progress, checkpoint_dir
 from podracer.config import Config, ConfigError, DistributedConfig
 from podracer.distributed import NO_WAITS, Waits
 from podracer.envs.host import host_env_record
 from podracer.logging import ConsoleProgress, JsonlSink, MultiSink, TensorBoardSink, WandbSink, wandb_available
+from podracer.parallel import make_mesh
 from podracer.pbt import LineageSink
 from podracer.runner.sizes import update_sizes
 from podracer.runner.warm_start import check_source
+from sebulba import runner as sebulba_runner
+from sebulba.config import SebulbaConfig
 
 MetricsCallback = Callable[[dict[str, Any]], None]
 ENV_RECORD = "environment.json"  # what the rewards depend on beyond the config (`host_env_record`)
@@ -40,27 +49,16 @@ ENV_RECORD = "environment.json"  # what the rewards depend on beyond the config 
 
 def runner_for(config: Config) -> Any:
     """The runner module (`anakin.runner`, `sebulba.runner`) for `config.arch`."""
-    from anakin.config import AnakinConfig
-    from sebulba.config import SebulbaConfig
-
     if isinstance(config.arch, AnakinConfig):
-        from anakin import runner
-
-        return runner
+        return anakin_runner
     if isinstance(config.arch, SebulbaConfig):
-        from sebulba import runner
-
-        return runner
+        return sebulba_runner
     raise ConfigError(f"arch: no runner for {type(config.arch).__name__}")
 
 
 def config_types() -> list[type]:
     """Config classes a saved config.json may name: every registered algorithm's config and
     every architecture's."""
-    from anakin.config import AnakinConfig
-    from podracer.agents import registry
-    from sebulba.config import SebulbaConfig
-
     archs = (AnakinConfig, SebulbaConfig)
     return sorted({*registry.config_classes(), *archs}, key=lambda cls: cls.__name__)
 
@@ -306,8 +304,6 @@ def check_setup(runner: Any, config: Config, waits: Waits, new_run: bool = False
     run, also that `checkpoint.init_from` holds parameters that fit the agent). Returns the runner's
     `setup(config)`, which the runner then uses (a run sets up once)."""
     if distributed.process_count() > 1:
-        import jax
-
         with waits.waiting("every process's devices"):
             jax.devices()  # every process joins the backend's device exchange here
 
@@ -385,10 +381,6 @@ class WatchedCheckpoints:
 
 def connect_all_devices(timeout_s: float) -> None:
     if distributed.process_count() > 1:
-        import jax
-
-        from podracer.parallel import make_mesh
-
         distributed.connect(make_mesh(jax.devices()), timeout_s)
 
 
@@ -417,8 +409,6 @@ def record_layout(run_dir: str, prepared: Any, console: bool) -> None:
 def _placeholder() -> Config:
     """A config to publish while this process could not read the saved one (its error is
     published with it)."""
-    from experiments.presets import PRESETS
-
     return next(iter(PRESETS.values()))()
 
 

@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> None:
     except ImportError as error:
         print(f"podracer: error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
-    from experiments.cli import main as run
+    from experiments.cli import main as run  # once the right `experiments` is loaded (above)
 
     run(argv)
 

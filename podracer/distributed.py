@@ -24,6 +24,7 @@ from typing import Any, Callable, Protocol
 
 import jax
 import numpy as np
+from jax._src import distributed as jax_distributed
 
 from podracer import parallel
 from podracer.config import ConfigError, DistributedConfig
@@ -274,6 +275,5 @@ def _bounded(call: Callable[[], Any], timeout_s: float) -> Any:
 
 
 def _state() -> Any:
-    from jax._src.distributed import global_state
-
-    return global_state
+    """JAX's distributed state: the coordinator's client once `jax.distributed.initialize` ran."""
+    return jax_distributed.global_state

@@ -10,7 +10,13 @@ import json
 import math
 import os
 import sys
+import uuid
 from typing import Any, Protocol
+
+from tqdm import tqdm
+
+# wandb is an optional extra, and tensorboardX takes about 0.15 s (protobuf) to import for a
+# command that may write no TensorBoard log: both are imported by the sink that uses them.
 
 
 class Sink(Protocol):
@@ -104,8 +110,6 @@ class WandbSink:
     """
 
     def __init__(self, project: str, run_dir: str, config: dict[str, Any]):
-        import uuid
-
         import wandb
 
         id_path = os.path.join(run_dir, "wandb_id")
@@ -140,8 +144,6 @@ class ConsoleProgress:
     """A progress bar over the env-step budget, showing steps/s and the recent return."""
 
     def __init__(self, total_env_steps: int, initial: int = 0):
-        from tqdm import tqdm
-
         self._bar = tqdm(
             total=total_env_steps, initial=initial, unit="step", unit_scale=True,
             dynamic_ncols=True, file=sys.stderr, mininterval=0.5,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import difflib
 import itertools
 import math
 import typing
@@ -122,9 +123,7 @@ def make_population(config: Config) -> Population | None:
 def _field_of(path: str, hints: Mapping[str, Any], entry: str) -> str:
     section, _, field = path.partition(".")
     if section != SECTION or field not in hints:
-        from difflib import get_close_matches
-
-        close = get_close_matches(field or section, list(hints), n=1)
+        close = difflib.get_close_matches(field or section, list(hints), n=1)
         hint = f"; did you mean agent.{close[0]}?" if close else ""
         raise ConfigError(f"population.sweep: {path!r} is not a field of the agent's config (a sweep takes "
                           f"agent.<field>=VALUES; --sweep-each takes any field, one program per value){hint}")

@@ -40,6 +40,8 @@ import numpy as np
 from podracer.config import Config, ConfigError
 from podracer.envs.host import make_host_env
 from podracer.types import Agent, ObservationSpec, obs_spec_map
+from sebulba.actor import initial_acting_state
+from sebulba.threads import ThreadGroup
 
 COMPILE_TIMEOUT_S = 600.0  # a trial waits at most this long for every thread's first step
 MEASURE_S = 0.6  # seconds each rate is timed (over every round), after a warm-up step
@@ -330,8 +332,6 @@ def measure(config: Config, agent: Agent, policy_step: Callable[..., Any], batch
     Returns:
       The measured rates.
     """
-    from sebulba.actor import initial_acting_state  # sebulba.actor imports nothing from here: no cycle
-
     key = jax.random.key(config.seed)
     params = jax.device_put(jax.jit(lambda k: agent.init(k).params)(key), device)
     window = seconds / rounds
@@ -395,9 +395,6 @@ def trial(config: Config, agent: Agent, policy_step: Callable[..., Any], params:
     Returns:
       Env steps per second over every thread.
     """
-    from sebulba.actor import initial_acting_state  # sebulba.actor imports nothing from here: no cycle
-    from sebulba.threads import ThreadGroup
-
     devices = list(params)
     count = len(devices) * threads_per_device
     counts = np.zeros(count, np.int64)

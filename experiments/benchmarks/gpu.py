@@ -34,6 +34,13 @@ import time
 import warnings
 from typing import Any, Callable, NamedTuple
 
+import jax
+
+from experiments.bench import bench_anakin
+from experiments.presets import PRESETS
+from experiments.train import train
+from sebulba import bench
+
 STDERR_TAIL = 2000  # characters of a failed part's stderr kept in its record
 
 
@@ -44,9 +51,6 @@ class Part(NamedTuple):
 
 
 def _anakin_vs_reference(preset: str, smoke: bool, num_envs: int, num_seeds: int) -> dict[str, Any]:
-    from experiments.bench import bench_anakin
-    from experiments.presets import PRESETS
-
     config = PRESETS[preset]()
     arch = dataclasses.replace(config.arch, devices=(0,), num_seeds=num_seeds, num_envs=num_envs)
     agent = config.agent
@@ -72,9 +76,6 @@ def brax(smoke: bool, seconds: float) -> dict[str, Any]:
     record: dict[str, Any] = {"sac": "skipped: podracer has no SAC agent"}
     if importlib.util.find_spec("brax") is None:
         return {**record, "status": "skipped", "reason": "brax is not installed (pip install -e '.[brax]')"}
-    from experiments.bench import bench_anakin
-    from experiments.presets import PRESETS
-
     preset = "ppo-inverted-pendulum-brax-anakin"
     config = PRESETS[preset]()
     arch = dataclasses.replace(config.arch, devices=(0,))
@@ -85,8 +86,6 @@ def brax(smoke: bool, seconds: float) -> dict[str, Any]:
 
 
 def _pong(smoke: bool) -> Any:
-    from experiments.presets import PRESETS
-
     config = PRESETS["ppo-pong-sebulba-fast"]()
     if smoke:
         config = dataclasses.replace(config, arch=dataclasses.replace(config.arch, num_envs=4, rollout_length=8),
@@ -98,8 +97,6 @@ def sebulba_pong(smoke: bool, seconds: float) -> dict[str, Any]:
     """`bench sebulba` on `ppo-pong-sebulba-fast`: the auto layout's env steps/s against
     EnvPool's own rate on this host (`env_limit_sps`: the same threads stepping only the
     environments; `layout.env_rate`: one batch stepped alone)."""
-    from sebulba import bench
-
     # bench times 7 quantities for `seconds` each in all (auto and manual) and trains for
     # `seconds` more: a ninth of the part's time each, the rest for warm-ups.
     result = bench(_pong(smoke), seconds=1.0 if smoke else seconds / 9, rounds=1 if smoke else 3)
@@ -111,8 +108,6 @@ def sebulba_pong(smoke: bool, seconds: float) -> dict[str, Any]:
 def sebulba_pong_curve(smoke: bool, seconds: float) -> dict[str, Any]:
     """`ppo-pong-sebulba-fast` trained for `seconds` (after its first metrics row): the
     return curve, one point per metrics row."""
-    from experiments.train import train
-
     config = _pong(smoke)
     rows: list[dict[str, Any]] = []
     first: list[float] = []
@@ -219,8 +214,6 @@ def _part_main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     # EnvPool builds Gymnasium spaces from float64 bounds; Gymnasium warns on every one.
     warnings.filterwarnings("ignore", message=".*precision lowered by casting to float32", category=UserWarning)
-    import jax
-
     record = PARTS[args.part].run(args.smoke, args.seconds)
     record = {"backend": jax.default_backend(), "device": str(jax.devices()[0].device_kind), **record}
     with open(args.result, "w", encoding="utf-8") as f:

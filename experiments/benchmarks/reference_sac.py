@@ -28,6 +28,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from anakin import program, runner
+from experiments.presets import get
+
 INIT = nn.initializers.variance_scaling(1.0 / 3.0, "fan_in", "uniform")
 
 
@@ -174,9 +177,6 @@ def compare(preset: str, repeats: int = 5) -> dict[str, Any]:
     """Gradient steps per second of podracer's Anakin SAC preset (one seed, one device) and of
     the reference with the same networks, batch and steps per iteration, their calls
     alternating; `speedup` is podracer's over the reference's."""
-    from anakin import program, runner
-    from experiments.presets import get
-
     config = get(preset, arch=dict(devices=(0,), num_seeds=1))
     s = runner.setup(config)
     n = config.arch.updates_per_call

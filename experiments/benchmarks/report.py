@@ -11,6 +11,7 @@ import jax
 import numpy as np
 
 from experiments.benchmarks.published import published
+from experiments.plot import plot_runs
 
 
 def _millions(steps: int) -> str:
@@ -84,8 +85,6 @@ def _machine() -> str:
 def write_report(out: str, records: list[dict[str, Any]]) -> str:
     """Write `out/results.md`, `out/results.json` and one learning-curve plot per environment
     (`out/<env>.png`); returns the markdown's path."""
-    from experiments.plot import plot_runs
-
     os.makedirs(out, exist_ok=True)
     path = os.path.join(out, "results.md")
     with open(path, "w", encoding="utf-8") as f:

@@ -20,6 +20,8 @@ from podracer.config import EnvConfig
 from podracer.envs import make_configured_jax_env
 from podracer.envs.base import step_batch
 
+# Each suite is an optional extra, imported where its loop is built.
+
 
 def _actions(key: jax.Array, num_envs: int, num_actions: int) -> jax.Array:
     return jax.random.randint(key, (num_envs,), 0, num_actions)

@@ -13,6 +13,7 @@ running the same command again skips what is done and resumes an interrupted run
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import math
 import os
@@ -21,7 +22,19 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from podracer.config import Config, ConfigError
+from anakin import runner
+from anakin.config import AnakinConfig
+from experiments import train as train_lib
+from experiments.benchmarks import report
+from experiments.evaluate import evaluate
+from experiments.overrides import apply_overrides, split_overrides
+from experiments.presets import all_presets
+from experiments.startup import first_difference
+from experiments.train import load_run_config
+from podracer.agents import algorithms
+from podracer.checkpoint import Checkpointer, checkpoint_dir
+from podracer.config import Config, ConfigError, to_dict
+from podracer.logging import read_jsonl
 
 DEFAULT_MILESTONES = (0.13, 0.51, 0.99)  # 1.3M, 5.1M and 9.9M of a 10M budget (gymnax-blines' points)
 POLICIES = ("auto", "greedy", "sample")
@@ -35,8 +48,6 @@ OWNED_FIELDS = {
 
 
 def algorithm_name(config: Config) -> str:
-    from podracer.agents import algorithms
-
     return next((name for name, algorithm in algorithms().items() if isinstance(config.agent, algorithm.config)),
                 type(config.agent).__name__)
 
@@ -74,8 +85,6 @@ def milestone_steps(config: Config, milestones: Sequence[float]) -> list[int]:
 def bench_config(config: Config, seeds: int, run_dir: str) -> Config:
     """The preset as the benchmark trains it: `seeds` agents in one program, checkpoints
     only at milestones (the stops) and at the end, no console bar."""
-    from anakin.config import AnakinConfig
-
     if not isinstance(config.arch, AnakinConfig):
         raise ConfigError(f"bench table trains Anakin presets; {type(config.arch).__name__} is not one")
     if seeds < 1:
@@ -106,14 +115,9 @@ class _StopAt:
 
 
 def resolve_preset(name: str, overrides: Sequence[str]) -> Config:
-    from experiments.overrides import apply_overrides
-    from experiments.presets import all_presets
-
     presets = all_presets()
 
     if name not in presets:
-        import difflib
-
         close = difflib.get_close_matches(name, list(presets), n=1)
         raise ConfigError(f"unknown preset {name!r}" + (f"; did you mean {close[0]}?" if close else ""))
     return apply_overrides(presets[name](), list(overrides))
@@ -121,8 +125,6 @@ def resolve_preset(name: str, overrides: Sequence[str]) -> Config:
 
 def check_overrides(overrides: Sequence[str]) -> None:
     """A one-line error for an override of a setting the benchmark decides (`OWNED_FIELDS`)."""
-    from experiments.overrides import split_overrides
-
     for path, _ in split_overrides(list(overrides)):
         if path in OWNED_FIELDS:
             raise ConfigError(f"--{path.replace('_', '-')}: bench table sets it ({OWNED_FIELDS[path]})")
@@ -131,10 +133,6 @@ def check_overrides(overrides: Sequence[str]) -> None:
 def _check_same_config(config: Config) -> None:
     """A run directory left by an earlier benchmark continues only with the same config;
     where the directory is (`run_dir`: `--out` written another way, or moved) may differ."""
-    from experiments.startup import first_difference
-    from experiments.train import load_run_config
-    from podracer.config import to_dict
-
     if not os.path.exists(os.path.join(config.run_dir, "config.json")):
         return
     before, now = ({**to_dict(c), "run_dir": None} for c in (load_run_config(config.run_dir), config))
@@ -190,10 +188,6 @@ def run_preset(name: str, config: Config, targets: list[int], episodes: int, pol
                user_stop: Callable[[], bool], log: Callable[[str], None]) -> dict[str, Any] | None:
     """Train one preset to each milestone and evaluate every seed there. Returns the
     preset's record, or None when `user_stop` interrupted it (rerun to continue)."""
-    from experiments import train as train_lib
-    from experiments.evaluate import evaluate
-    from podracer.checkpoint import Checkpointer, checkpoint_dir
-
     run_dir = config.run_dir
     os.makedirs(run_dir, exist_ok=True)
     record_path = os.path.join(run_dir, "bench.json")
@@ -241,8 +235,6 @@ def _latest_progress(checkpointer_cls: Any, directory: str):
 
 def _training_sps(run_dir: str) -> float | None:
     """Median env steps/s of the run's rows (all seeds), the compile rows excluded."""
-    from podracer.logging import read_jsonl
-
     path = os.path.join(run_dir, "metrics.jsonl")
     rows = read_jsonl(path) if os.path.exists(path) else []
     sps = [r["sps"] for r in rows[1:]] or [r["sps"] for r in rows]
@@ -261,9 +253,6 @@ def run_table(presets: Sequence[str], seeds: int, out: str, overrides: Sequence[
               user_stop: Callable[[], bool] = lambda: False, log: Callable[[str], None] = print) -> str | None:
     """Train and evaluate every preset, then write `out/results.md`; returns its path (None
     if `user_stop` interrupted the benchmark: the same call continues it)."""
-    from anakin import runner
-    from experiments.benchmarks import report
-
     if not presets:
         raise ConfigError("--presets: name at least one preset")
     if policy not in POLICIES:

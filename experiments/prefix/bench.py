@@ -40,9 +40,13 @@ from typing import Any
 
 import numpy as np
 
+from experiments.prefix.cost_pools import make_pool
 from experiments.prefix.front import write_designs
-from experiments.prefix.host_env import CACHE_ENV_VAR, default_cache_path, parse_host_id
+from experiments.prefix.fronts import check_writable_out, run_baseline, show_front
+from experiments.prefix.host_env import CACHE_ENV_VAR, default_cache_path, parse_host_id, shared_reward_pool
 from experiments.prefix.reward_pool import cache_designs
+from experiments.prefix.run_designs import collect_run_designs
+from experiments.train import train
 from podracer.config import Config, ConfigError
 
 AGENT_CACHE = "synthesis-cache.jsonl"
@@ -86,10 +90,6 @@ def train_agent(config: Config, budget: int, log: Callable[[str], None] = print)
     """Train `config` (its `run_dir` set) with a fresh cache in the run directory until
     `budget` distinct graphs were synthesised (or `total_env_steps`), then collect its
     greedy designs through the same cache. What the run did."""
-    from experiments.prefix.host_env import shared_reward_pool
-    from experiments.prefix.run_designs import collect_run_designs
-    from experiments.train import train
-
     cache = os.path.join(config.run_dir, AGENT_CACHE)
     if os.path.exists(cache):
         raise ConfigError(f"{config.run_dir!r} already holds a synthesis cache; pass it as --run-dir to read it, "
@@ -133,9 +133,6 @@ def compare(out: str, budget: int | None = None, config: Config | None = None, r
     """The comparison (see the module docstring): train `config` until `budget` syntheses
     (its `run_dir` defaults to `OUT/agent-run`), or read the finished `run_dir`; then every
     baseline with the agent's count as its budget. Writes and returns the table."""
-    from experiments.prefix.cost_pools import make_pool
-    from experiments.prefix.fronts import check_writable_out, run_baseline, show_front
-
     check_writable_out(out)
     trained: dict[str, Any] = {}
     if run_dir is None:

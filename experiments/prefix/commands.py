@@ -12,6 +12,9 @@ import os
 
 from experiments.cli_parser import fail
 from experiments.cli_train import resolve_config
+from experiments.prefix import bench
+from experiments.prefix.fronts import run_baseline, show_front
+from experiments.presets import all_presets
 
 
 def add_baseline_arguments(parser: argparse.ArgumentParser) -> None:
@@ -73,8 +76,6 @@ def run_baseline_command(args: argparse.Namespace) -> None:
     Args:
         args: the parsed command line.
     """
-    from experiments.prefix.fronts import run_baseline
-
     if args.workers is not None and args.workers < 1:
         fail(f"--workers must be >= 1, got {args.workers}")
     if args.cost != "synthesis" and (args.cache is not None or args.workers is not None):
@@ -90,8 +91,6 @@ def run_front_command(args: argparse.Namespace) -> None:
     Args:
         args: the parsed command line.
     """
-    from experiments.prefix.fronts import show_front
-
     _print_front(show_front(args.run_dir, args.out), args.json)
 
 
@@ -117,9 +116,6 @@ def run_bench_command(args: argparse.Namespace, overrides: list[str]) -> None:
         args: the parsed command line.
         overrides: `--section.field VALUE` words for the agent's preset.
     """
-    from experiments.prefix import bench
-    from experiments.presets import all_presets
-
     if args.out is None:
         fail("bench prefix needs --out DIR")
     if args.baseline_seeds < 1:

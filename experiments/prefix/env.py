@@ -30,7 +30,10 @@ from flax import struct
 from experiments.prefix import graph as np_graph
 from experiments.prefix import jax_graph
 from experiments.prefix.builders import BUILDERS, sklansky
+from podracer.config import ConfigError
 from podracer.envs.base import JaxEnv
+from podracer.envs.params import parse_params
+from podracer.envs.render import grid_frame
 from podracer.types import DiscreteSpec, MaskedObs, ObsSpec
 
 RESETS = ("ripple", "sklansky", "random", "mixed")
@@ -180,8 +183,6 @@ class PrefixAdderEnv(JaxEnv):
 
     def render(self, state: PrefixState) -> jax.Array:
         """The grid as an RGB frame: nodes dark, inputs and outputs blue, empty cells light."""
-        from podracer.envs.render import grid_frame
-
         n = self.bits
         i, j = jnp.indices((n, n))
         fixed = (i == j) | (j == 0)
@@ -212,9 +213,6 @@ def prefix_options(params: tuple[str, ...], env_id: str, host: bool) -> dict[str
     prefix-adder id: `OPTIONS`, and on the host `HOST_OPTIONS`. ConfigError naming
     `env.params` for another name or a value of the wrong type; the constructor checks the
     ranges."""
-    from podracer.config import ConfigError
-    from podracer.envs.params import parse_params
-
     known = {**OPTIONS, **(HOST_OPTIONS if host else {})}
     options: dict[str, Any] = {}
     for name, value in parse_params(params).items():

@@ -10,12 +10,12 @@ import time
 import jax
 import jax.numpy as jnp
 
+from experiments.prefix.env import PrefixAdderEnv
+
 
 def bench_prefix_env(bits: int = 16, num_envs: int = 256, steps: int = 64, repeats: int = 3,
                      reset: str = "mixed") -> dict:
     """`{"bits", "num_envs", "sps", ...}`: steady-state env steps/s (compile excluded)."""
-    from experiments.prefix.env import PrefixAdderEnv
-
     env = PrefixAdderEnv(bits, reset=reset)
 
     def random_step(carry, key):

@@ -61,7 +61,7 @@ def summarize_front(designs: list[Design], classics: dict[str, tuple[float, floa
 
 
 def plot_front(designs: list[Design], summary: dict[str, Any], path: str, title: str) -> None:
-    import matplotlib
+    import matplotlib  # here: the backend is chosen before pyplot loads, and only where a front is drawn
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

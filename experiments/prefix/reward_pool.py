@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from experiments.prefix.front import Design, grid_rows, nodes_from_rows
+from experiments.prefix.graph import area, delay
 from experiments.prefix.synthesis import SynthesisResult, SynthesisSpec, synthesize
 
 Evaluate = Callable[[np.ndarray], SynthesisResult]
@@ -58,8 +59,6 @@ def graph_key(nodes: np.ndarray, identity: str) -> str:
 def analytic_cost(nodes: np.ndarray, fanout_weight: float = 0.0) -> SynthesisResult:
     """The analytic cost as a pool evaluation: area = node count, delay = level (or the
     fanout-aware arrival time). Identity for caches: `f"analytic-{fanout_weight:g}"`."""
-    from experiments.prefix.graph import area, delay
-
     return SynthesisResult(float(area(nodes)), float(delay(nodes, fanout_weight)), 0.0)
 
 

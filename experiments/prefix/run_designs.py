@@ -19,11 +19,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from experiments import evaluate, train
 from experiments.prefix.builders import sklansky
 from experiments.prefix.cost_pools import make_pool
 from experiments.prefix.env import PrefixAdderEnv, jax_form_options
 from experiments.prefix.front import DESIGNS_FILE, Design, write_designs
 from experiments.prefix.graph import empty_graph
+from experiments.prefix.host_env import host_options, parse_host_id
 from podracer.config import ConfigError
 
 STARTS = ("ripple", "sklansky")
@@ -62,11 +64,7 @@ def greedy_graphs(env: PrefixAdderEnv, policy: Any, params: Any, weights: np.nda
 
 def collect_run_designs(run_dir: str, num_weights: int = 11, agent_seed: int = 0) -> dict[str, Any]:
     """Write `RUN_DIR/designs.jsonl` from greedy rollouts of the run's latest checkpoint."""
-    from experiments.evaluate import load_policy
-    from experiments.prefix.host_env import host_options, parse_host_id
-    from experiments.train import load_run_config
-
-    config = load_run_config(run_dir)
+    config = train.load_run_config(run_dir)
     spec = parse_host_id(config.env.id)
     if spec is None:
         raise ConfigError(f"{run_dir!r} trained on {config.env.id!r}, not a prefix-adder environment")
@@ -75,7 +73,7 @@ def collect_run_designs(run_dir: str, num_weights: int = 11, agent_seed: int = 0
     options = jax_form_options(host_options(config.env.id, config.env.params))
     env = PrefixAdderEnv(spec["bits"], area_weight=spec["area_weight"], horizon=config.env.max_episode_steps, **options)
     obs_spec, action_spec = env.observation_spec(None), env.action_spec(None)
-    loaded = load_policy(run_dir, config, obs_spec, action_spec, agent_seed, sample=False)
+    loaded = evaluate.load_policy(run_dir, config, obs_spec, action_spec, agent_seed, sample=False)
     weights = (np.linspace(0.0, 1.0, num_weights) if spec["area_weight"] is None
                else np.array([spec["area_weight"]]))
     graphs = greedy_graphs(env, loaded.policy, loaded.params, weights.astype(np.float32))

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import difflib
-from typing import TYPE_CHECKING, Any, Callable, NoReturn
+import importlib
+from typing import Any, Callable, NoReturn
 
 import jax
 import numpy as np
 
-from podracer.envs.base import EnvState, JaxEnv
-from podracer.envs.brax_env import BRAX_IDS
+from podracer.config import ConfigError, EnvConfig
+from podracer.envs.base import EnvState, JaxEnv, TimeLimitJaxEnv, example_action
+from podracer.envs.brax_env import BRAX_IDS, make_brax_env
 from podracer.envs.catch import Catch
 from podracer.envs.families import (
     JaxEnvFamily,
@@ -19,13 +21,13 @@ from podracer.envs.families import (
     register_jax_env_family,
 )
 from podracer.envs.gymnax_env import GYMNAX_IDS, GymnaxEnv, make_gymnax_env
+from podracer.envs.observe import ObservedJaxEnv
+from podracer.envs.params import check_finite_start, with_params
 from podracer.envs.probes import PROBES
 from podracer.envs.structured import MASK_FIELDS, masked_from_field
 from podracer.envs.wrappers import GymnaxAPIEnv, TimeStepEnv, action_spec_of, observation_spec_of
 from podracer.plugins import load_plugins
-
-if TYPE_CHECKING:
-    from podracer.config import EnvConfig
+from podracer.types import obs_spec_map
 
 __all__ = [
     "EnvState", "JaxEnv", "Catch", "GymnaxEnv", "make_jax_env", "make_configured_jax_env", "jax_env_ids",
@@ -45,16 +47,12 @@ SUITE_MODULES = {
 
 def _suite_module(env_id: str) -> Any:
     """The adapter module of the suite whose prefix `env_id` has, or None."""
-    import importlib
-
     prefix = next((prefix for prefix in SUITE_MODULES if env_id.startswith(prefix)), None)
     return None if prefix is None else importlib.import_module(SUITE_MODULES[prefix])
 
 
 def suite_ids() -> list[str]:
     """The ids of every installed optional suite (`SUITE_MODULES`)."""
-    import importlib
-
     return [env_id for module in SUITE_MODULES.values() for env_id in importlib.import_module(module).suite_ids()]
 
 
@@ -118,8 +116,6 @@ def make_jax_env(env_id: str) -> JaxEnv:
         if env is not None:
             return env
     if env_id in BRAX_IDS:
-        from podracer.envs.brax_env import make_brax_env
-
         try:
             return make_brax_env(env_id)
         except ImportError as error:
@@ -139,8 +135,6 @@ def check_time_limit(env: JaxEnv, env_config: EnvConfig) -> None:
     """ConfigError naming `env.max_episode_steps` unless the episodes of `env` have a time
     limit: its own `max_episode_steps`, or the config's. Truncation and `evaluate`'s loop
     rely on one, so an environment without it is refused at setup, not while compiling."""
-    from podracer.config import ConfigError
-
     if env_config.max_episode_steps is None and type(env).max_episode_steps is JaxEnv.max_episode_steps:
         raise ConfigError(f"env.max_episode_steps: env.id {env_config.id!r} ({type(env).__name__}) does not "
                           "implement JaxEnv.max_episode_steps; implement it or set env.max_episode_steps")
@@ -174,16 +168,6 @@ def _same_abstract(a: Any, b: Any) -> bool:
         tuple(x.shape) == tuple(y.shape) and x.dtype == y.dtype for x, y in zip(a_leaves, b_leaves))
 
 
-def example_action(action_spec: Any) -> jax.ShapeDtypeStruct:
-    """The shape and dtype of one (unbatched) action of `action_spec`: `int32 []` for a
-    `DiscreteSpec`, `float32 [*shape]` for a `BoxSpec`."""
-    from podracer.types import DiscreteSpec
-
-    if isinstance(action_spec, DiscreteSpec):
-        return jax.ShapeDtypeStruct((), np.int32)
-    return jax.ShapeDtypeStruct(tuple(action_spec.shape), np.float32)
-
-
 def check_env_outputs(env: JaxEnv, env_id: str) -> None:
     """ConfigError naming `env.id` unless `reset_env` and `step_env` return what `env`
     declares: observations shaped and typed as its `observation_spec`, a scalar reward and
@@ -191,9 +175,6 @@ def check_env_outputs(env: JaxEnv, env_id: str) -> None:
     runs), for user environments, whose mismatches would otherwise surface as a shape error
     inside the network or the rollout's scan, or not at all (a uint8 spec truncating float
     observations in a replay buffer)."""
-    from podracer.config import ConfigError
-    from podracer.types import obs_spec_map
-
     params = env.default_params
     name = type(env).__name__
     spec = obs_spec_map(lambda leaf: jax.ShapeDtypeStruct(tuple(leaf.shape), np.dtype(leaf.dtype)),
@@ -227,8 +208,6 @@ def check_batched_step(env: JaxEnv, env_id: str) -> None:
     `reset` and of `step` (auto-reset included) over a batch. Traced with `jax.eval_shape`
     (nothing runs), so that an environment that cannot be batched fails at setup, in one
     line, rather than inside the compile of the whole program."""
-    from podracer.config import ConfigError
-
     params = env.default_params
     action = example_action(env.action_spec(params))
     try:
@@ -244,8 +223,6 @@ def check_batched_step(env: JaxEnv, env_id: str) -> None:
 def _make_in_family(family: JaxEnvFamily, env_id: str, params: tuple[str, ...]) -> JaxEnv | None:
     """`family.make(env_id, params)`; its ValueError becomes UnknownEnvError (no params) or
     a ConfigError naming `env.params`."""
-    from podracer.config import ConfigError
-
     try:
         return family.make(env_id, params)
     except ConfigError:
@@ -259,8 +236,6 @@ def _make_in_family(family: JaxEnvFamily, env_id: str, params: tuple[str, ...]) 
 def _with_params(env: JaxEnv, env_config: EnvConfig) -> JaxEnv:
     """`env` with `env_config.params` set: an id family's environment built again by its
     factory with those options, another environment's parameters replaced by name."""
-    from podracer.envs.params import with_params
-
     family = None if env_config.id in _USER else jax_family_of(env_config.id)
     if family is None:
         return with_params(env, env_config.params, env_config.id)
@@ -284,16 +259,10 @@ def make_configured_jax_env(env_config: EnvConfig) -> JaxEnv:
         check_env_outputs(env, env_config.id)  # with the run's parameters (shapes may follow them)
     env = masked_from_field(env)  # a dict/NamedTuple observation's `action_mask` field -> MaskedObs
     if env_config.params and hasattr(env, "replace_params"):  # parameters set by name, unvalidated by gymnax
-        from podracer.envs.params import check_finite_start
-
         check_finite_start(env, env_config.params, env_config.id)
     if env_config.max_episode_steps is not None:
-        from podracer.envs.base import TimeLimitJaxEnv
-
         env = TimeLimitJaxEnv(env, env_config.max_episode_steps)
     if env_config.observe:
-        from podracer.envs.observe import ObservedJaxEnv
-
         env = ObservedJaxEnv(env, env_config.observe, env_config.id)
     if checked:
         check_batched_step(env, env_config.id)

@@ -17,9 +17,10 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
-from podracer.types import ActionSpec, Array, BoxSpec, ObservationSpec, PRNGKey, TimeStep
+from podracer.types import ActionSpec, Array, BoxSpec, DiscreteSpec, ObservationSpec, PRNGKey, TimeStep
 
 
 @struct.dataclass
@@ -134,6 +135,14 @@ class JaxEnv:
         # obs may be a pytree (MaskedObs)
         obs = jax.tree.map(lambda r, o: jnp.where(done, r, o), reset_obs, timestep.obs)
         return state.replace(inner=inner), timestep._replace(obs=obs)
+
+
+def example_action(action_spec: ActionSpec) -> jax.ShapeDtypeStruct:
+    """The shape and dtype of one (unbatched) action of `action_spec`: `int32 []` for a
+    `DiscreteSpec`, `float32 [*shape]` for a `BoxSpec`."""
+    if isinstance(action_spec, DiscreteSpec):
+        return jax.ShapeDtypeStruct((), np.int32)
+    return jax.ShapeDtypeStruct(tuple(action_spec.shape), np.float32)
 
 
 def step_batch(

@@ -25,6 +25,7 @@ from podracer.envs.base import JaxEnv
 from podracer.types import BoxSpec, ObsSpec
 
 PREFIX = "brax/"
+# Brax is an optional extra (`brax`): imported where used, so this module imports without it.
 BRAX_ENVS = (
     "ant", "fast", "halfcheetah", "hopper", "humanoid", "humanoidstandup", "inverted_double_pendulum",
     "inverted_pendulum", "pusher", "reacher", "swimmer", "walker2d",

@@ -22,6 +22,7 @@ from podracer.types import Array
 
 PREFIX = "craftax/"
 EXTRA = "craftax"
+# Craftax is the optional extra `EXTRA`: imported where used, so this module imports without it.
 CRAFTAX_NAMES = ("Craftax-Classic-Symbolic-v1", "Craftax-Classic-Pixels-v1", "Craftax-Symbolic-v1",
                  "Craftax-Pixels-v1")
 

@@ -33,6 +33,7 @@ from podracer.config import EnvConfig
 from podracer.envs.host import EpisodeCounters, HostStep, env_action, host_observation, specs_of_spaces
 from podracer.types import ActionSpec, BoxSpec, ObsSpec, TimeStep
 
+# EnvPool is an optional extra (`envpool`): imported where used, so this module imports without it.
 INT32_MAX = 2**31 - 1  # EnvPool's largest time limit
 
 

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import functools
 
+import gymnasium
 import numpy as np
+from gymnasium.error import DependencyNotInstalled
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from podracer.config import EnvConfig
 from podracer.envs.host import EpisodeCounters, HostStep, env_action, host_observation, specs_of_spaces
@@ -20,17 +23,12 @@ from podracer.types import ActionSpec, DiscreteSpec, ObsSpec, TimeStep
 
 def gymnasium_ids() -> tuple[str, ...]:
     """Every registered Gymnasium id, read live: ids registered at run time count too."""
-    import gymnasium
-
     return tuple(gymnasium.registry)
 
 
 def _make_one(env_config: EnvConfig):
     """One Gymnasium environment; an id whose extra is missing (Box2D's LunarLander-v3) raises
     ImportError, as a missing library does elsewhere (Gymnasium's own error is no ImportError)."""
-    import gymnasium
-    from gymnasium.error import DependencyNotInstalled
-
     try:
         return gymnasium.make(env_config.id, max_episode_steps=env_config.max_episode_steps)
     except DependencyNotInstalled as error:
@@ -53,8 +51,6 @@ class GymnasiumEnv:
     """`num_envs` Gymnasium environments stepped one after the other on the host."""
 
     def __init__(self, env_config: EnvConfig, num_envs: int, seed: int) -> None:
-        from gymnasium.vector import AutoresetMode, SyncVectorEnv
-
         self.num_envs = num_envs
         self._seed = seed
         self._envs = SyncVectorEnv(

@@ -11,6 +11,9 @@ from podracer.envs.base import JaxEnv
 from podracer.envs.render import cartpole_frame
 from podracer.types import ActionSpec, DiscreteSpec, ObsSpec, box_spec
 
+# gymnax is imported where an environment is made, not here: `import podracer` imports this
+# module, and gymnax takes about 1.8 s to import (it pulls in matplotlib).
+
 GYMNAX_IDS = (
     "CartPole-v1",
     "Acrobot-v1",
@@ -42,7 +45,7 @@ class GymnaxEnv(JaxEnv):
     """
 
     def __init__(self, env_id: str, **kwargs: Any):
-        import gymnax  # imported lazily: it pulls in matplotlib
+        import gymnax  # on first use (see the note on imports above)
 
         self.name = env_id
         self._env, self._params = gymnax.make(env_id, **kwargs)
@@ -76,7 +79,7 @@ class GymnaxEnv(JaxEnv):
 
     def action_spec(self, params: Any) -> ActionSpec:
         # The spec is static: the bounds come from the adapter's own (concrete) parameters.
-        from gymnax.environments import spaces
+        from gymnax.environments import spaces  # on first use (see the note on imports above)
 
         space = self._env.action_space(self._params)
         if isinstance(space, spaces.Box):

@@ -178,6 +178,11 @@ class EpisodeCounters:
         return truncated | mask, episode_end | mask
 
 
+# The backends below (`envpool_env`, `gymnasium_env`, `jax_host`), `observe` and `podracer.envs`
+# itself import this module's protocol at their top, so the functions that choose among them
+# import them when called: an import cycle otherwise.
+
+
 def host_env_ids() -> list[str]:
     """Every id a host environment can be made from: EnvPool's, Gymnasium's, the JAX
     registry's, and the examples of the registered host id families

@@ -18,14 +18,13 @@ import jax
 import numpy as np
 
 from podracer.config import EnvConfig
+from podracer.envs import make_configured_jax_env
 from podracer.envs.base import step_batch
 from podracer.envs.host import HostStep
 
 
 def _jax_env(env_config: EnvConfig) -> Any:
     """The JAX environment with `env_config.params` set (`observe` is the host wrapper's)."""
-    from podracer.envs import make_configured_jax_env
-
     return make_configured_jax_env(dataclasses.replace(env_config, observe=()))
 
 

@@ -17,6 +17,7 @@ from podracer.envs.wrappers import TimeStepEnv
 
 PREFIX = "jumanji/"
 EXTRA = "jumanji"
+# Jumanji is the optional extra `EXTRA`: imported where used, so this module imports without it.
 
 
 def suite_ids() -> tuple[str, ...]:

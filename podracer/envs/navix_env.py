@@ -22,6 +22,7 @@ from podracer.types import Array, DiscreteSpec, ObservationSpec, PRNGKey
 
 PREFIX = "navix/"
 EXTRA = "navix"
+# navix is the optional extra `EXTRA`: imported where used, so this module imports without it.
 _TERMINATION = 2  # navix's StepType.TERMINATION
 
 

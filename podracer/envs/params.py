@@ -11,8 +11,12 @@ import dataclasses
 import math
 from typing import Any
 
+import jax
+import jax.numpy as jnp
+import numpy as np
+
 from podracer.config import ConfigError
-from podracer.envs.base import JaxEnv
+from podracer.envs.base import JaxEnv, example_action
 
 
 def parse_params(params: tuple[str, ...]) -> dict[str, str]:
@@ -49,12 +53,6 @@ def check_finite_start(env: JaxEnv, params: tuple[str, ...], env_id: str) -> Non
     its parameters: MemoryChain's `memory_length=0` divides by zero in every observation).
     Under Anakin such values would otherwise surface as a non-finite *loss*, blaming the
     agent; Sebulba's actors name the environment (`sebulba.actor.check_env_finite`)."""
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-
-    from podracer.envs import example_action
-
     env_params = env.default_params
     spec = example_action(env.action_spec(env_params))
     action = jnp.zeros(spec.shape, spec.dtype)

@@ -25,6 +25,7 @@ from podracer.types import Array, DiscreteSpec, PRNGKey
 
 PREFIX = "xminigrid/"
 EXTRA = "xminigrid"
+# XLand-MiniGrid is the optional extra `EXTRA`: imported where used, so this module imports without it.
 _LAST = 2  # dm_env's StepType.LAST
 # a colour per XLand-MiniGrid tile id (EMPTY, FLOOR, WALL, BALL, SQUARE, PYRAMID, GOAL, KEY,
 # DOOR_LOCKED, DOOR_CLOSED, DOOR_OPEN, HEX, STAR), then the agent's

@@ -344,3 +344,44 @@ def test_plot_returns_a_figure_without_pyplot(tmp_path):
     out = tmp_path / "curves.png"
     figure.savefig(out)
     assert os.path.getsize(out) > 1000
+
+
+@pytest.mark.parametrize("call, argv, message", [
+    (lambda run: podracer.evaluate(run, episodes=0), ["evaluate", "{run}", "--episodes", "0"],
+     "episodes must be >= 1, got 0"),
+    (lambda run: podracer.evaluate(run, max_steps=0), ["evaluate", "{run}", "--max-steps", "0"],
+     "max_steps must be in [1, 2**31), got 0"),
+    (lambda run: podracer.evaluate(run, seed=-1), ["evaluate", "{run}", "--seed", "-1"],
+     "seed must be in [0, 2**32), got -1"),
+    (lambda run: podracer.plot([run, run], labels=["one"]), ["plot", "{run}", "{run}", "--labels", "one", "--out",
+                                                              "{run}/a.png"], "labels: got 1 labels for 2 runs"),
+])
+def test_python_api_errors_name_parameters_and_the_command_its_flags(tmp_path, capsys, call, argv, message):
+    """An error of the Python API names the function's parameter (`episodes must be ...`);
+    the command that runs the same function names its flag (`--episodes must be ...`)."""
+    with pytest.raises(ConfigError) as raised:
+        call(str(tmp_path))
+    assert str(raised.value) == message
+    code, out = run_main(capsys, *[arg.format(run=tmp_path) for arg in argv])
+    flag = "--" + message.split()[0].rstrip(":").replace("_", "-")
+    assert code == 2 and out.err.strip() == f"podracer: error: {flag}{message[len(flag) - 2:]}", out.err
+
+
+def test_as_flags_writes_the_parameters_an_error_names_as_the_commands_flags():
+    """The command line's translation: the parameter a message starts with and `NAME=True`
+    become flags; other words, a parameter's name inside another word, and messages that start
+    with no parameter stay as they are."""
+    from experiments.cli_commands import EVALUATE_FLAGS
+    from experiments.cli_parser import as_flags
+
+    def shown(message: str) -> str:
+        return str(as_flags(ConfigError(message), EVALUATE_FLAGS))
+
+    assert shown("agent_seed must be in [0, 4) for this run (4 members), got 7") == \
+        "--member/--agent-seed must be in [0, 4) for this run (4 members), got 7"
+    assert shown("PPOConfig has no greedy policy; evaluate with sample=True") == \
+        "PPOConfig has no greedy policy; evaluate with --sample"
+    assert shown("step 3: holds no checkpoint of update 3") == "--step 3: holds no checkpoint of update 3"
+    assert shown("video 'a.txt': write a .gif or an .mp4 file") == "--video 'a.txt': write a .gif or an .mp4 file"
+    for unchanged in ("env.id: unknown", "seeds must be >= 1", "episodes_per_seed: 3", "the episodes ran"):
+        assert shown(unchanged) == unchanged

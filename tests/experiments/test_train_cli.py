@@ -459,8 +459,8 @@ def test_a_run_that_cannot_learn_is_warned_about():
 
 
 @pytest.mark.parametrize("kwargs, name", [
-    (dict(episodes=2.5), "--episodes"), (dict(episodes=True), "--episodes"), (dict(max_steps=2.5), "--max-steps"),
-    (dict(seed=1.5), "--seed"), (dict(agent_seed="0"), "--agent-seed"), (dict(step="39"), "--step"),
+    (dict(episodes=2.5), "episodes"), (dict(episodes=True), "episodes"), (dict(max_steps=2.5), "max_steps"),
+    (dict(seed=1.5), "seed"), (dict(agent_seed="0"), "agent_seed"), (dict(step="39"), "step"),
 ])
 def test_python_evaluate_refuses_numbers_that_are_not_integers(tmp_path, kwargs, name):
     """podracer.evaluate from Python checks its counts as the command line's argparse does,
@@ -468,5 +468,5 @@ def test_python_evaluate_refuses_numbers_that_are_not_integers(tmp_path, kwargs,
     of update 39 (it keeps updates 39)", episodes=2.5 or seed=1.5 crashed inside JAX."""
     from experiments.evaluate import evaluate
 
-    with pytest.raises(ConfigError, match=f"{name} must be an integer"):
+    with pytest.raises(ConfigError, match=f"^{name} must be an integer"):
         evaluate(str(tmp_path), **kwargs)
