@@ -160,7 +160,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "return from_storable(stored_target, target), Progress"),),
       ("tests/test_checkpoint.py::test_round_trip_onto_mesh_shardings_and_keep_last",)),
     M("impala-cnn-one-residual-block", "the IMPALA CNN loses one residual block per stage",
-      (("podracer/networks.py",
+      (("podracer/networks/torsos.py",
         "            x = _ResidualBlock(features)(x)\n            x = _ResidualBlock(features)(x)\n",
         "            x = _ResidualBlock(features)(x)\n"),),
       ("tests/test_networks.py::test_torso_shapes_and_parameter_count",)),

@@ -10,11 +10,12 @@ import jax.numpy as jnp
 import optax
 from jax.flatten_util import ravel_pytree
 
-from podracer import networks, networks_structured
+from podracer import networks
 from podracer.agents.policies import Categorical, Policy
 from podracer.config import ConfigError
+from podracer.networks import structured as networks_structured
+from podracer.networks.registry import BUILTIN_TORSOS
 from podracer.ops import VTraceOutput, masked_logits, vtrace_td_error_and_advantage
-from podracer.torsos import BUILTIN_TORSOS
 from podracer.types import (
     ActionSpec,
     Array,
@@ -59,7 +60,7 @@ def make_torso(
 ) -> nn.Module:
     """A fresh torso module of the kind a config names (`TORSOS`); `layer_norm` applies to
     the MLP and MinAtar torsos. Dict/NamedTuple observations, and "multi_encoder", get a
-    structured torso (`podracer.networks_structured.structured_torso`)."""
+    structured torso (`podracer.networks.structured.structured_torso`)."""
     obs_spec = network_obs_spec(obs_spec)
     if torso == "multi_encoder" or networks_structured.is_structured(obs_spec):
         return networks_structured.structured_torso(torso, hidden_sizes, activation, obs_spec, layer_norm)

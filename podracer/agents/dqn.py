@@ -47,7 +47,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from podracer import networks, ops, parallel, torsos
+from podracer import networks, ops, parallel
 from podracer.agents import common
 from podracer.agents.dqn_config import DQNConfig
 from podracer.agents.registry import Algorithm
@@ -113,10 +113,10 @@ class Step(NamedTuple):
 
 def make_q_network(config: DQNConfig, obs_spec: ObservationSpec, action_spec: DiscreteSpec) -> nn.Module:
     """The Q-network `config.torso` names: a built-in torso under a Q head, or a registered
-    one (`podracer.torsos`) with `config.torso_options`, under a Q head unless it outputs
+    one (`podracer.networks.registry`) with `config.torso_options`, under a Q head unless it outputs
     action values itself."""
     if config.torso not in common.TORSOS:
-        module, outputs = torsos.make_registered(config.torso, config.torso_options, obs_spec, action_spec)
+        module, outputs = networks.registry.make_registered(config.torso, config.torso_options, obs_spec, action_spec)
         return module if outputs == "action_values" else networks.QNetwork(action_spec.num_actions, module)
     torso = common.make_torso(config.torso, config.hidden_sizes, config.activation, obs_spec)
     return networks.QNetwork(action_spec.num_actions, torso)
