@@ -21,9 +21,9 @@ from podracer.agents import common
 from podracer.agents.actor_critic import check_model_fields, make_actor_critic_model
 from podracer.agents.common import CATEGORICAL
 from podracer.agents.registry import Algorithm
-from podracer.agents.replay_mixing import check_replay, with_replay
 from podracer.config import check
 from podracer.ops import categorical_log_prob, entropy_loss
+from podracer.replay.mixing import check_replay, with_replay
 from podracer.types import Agent, AgentState, BatchShape, DiscreteSpec, ObservationSpec, PRNGKey, Trajectory
 
 

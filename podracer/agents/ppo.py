@@ -25,9 +25,9 @@ from podracer.agents.actor_critic import ActorCriticModel, check_model_fields, m
 from podracer.agents.normalization import with_normalization
 from podracer.agents.policies import Policy, policy_for
 from podracer.agents.registry import Algorithm
-from podracer.agents.replay_mixing import check_replay, with_replay
 from podracer.config import check
 from podracer.ops import clipped_surrogate_loss, clipped_value_loss, gae_advantages
+from podracer.replay.mixing import check_replay, with_replay
 from podracer.types import (
     ActionSpec,
     Agent,
