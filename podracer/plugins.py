@@ -7,7 +7,7 @@ A package declares, in its own metadata,
     my_envs = "my_package.podracer_plugin"            # a module: importing it registers
     my_algos = "my_package.plugin:register"           # a callable: called with no arguments
 
-and every registry of podracer (`podracer.envs`, `podracer.envs.host`, `podracer.torsos`,
+and every registry of podracer (`podracer.envs`, `podracer.envs.host`, `podracer.networks.registry`,
 `podracer.agents.registry`, the presets and commands of `experiments`) loads the plugins
 once, before it is first read: the command line, each process of `launch-local` and the
 Python API (`experiments.train.train`, `podracer.presets.get`) all see the same

@@ -122,12 +122,12 @@ MUTATIONS: tuple[Mutation, ...] = (
         "flat[0], flat[1], jnp.ones((T * B,), bool)"),),
       ("tests/agents/test_recurrent.py",)),
     M("replay-mixing-drops-replay", "an update with replay learns from its fresh rollout only",
-      (("podracer/agents/replay_mixing.py", "inner, metrics = agent.update(state.replace(local=None), mixed, key)",
+      (("podracer/replay/mixing.py", "inner, metrics = agent.update(state.replace(local=None), mixed, key)",
         "inner, metrics = agent.update(state.replace(local=None), traj, key)"),),
       ("tests/replay/test_mixing.py::test_each_update_learns_from_its_fresh_rollout_and_whole_replayed_sequences",)),
     M("replay-mixing-splices-restarted-streams", "replayed sequences run from a restarted environment's old stream "
       "into its new one",
-      (("podracer/agents/replay_mixing.py", "buffer.end_streams(state.local, ~stream_continues(buffer, state.local, "
+      (("podracer/replay/mixing.py", "buffer.end_streams(state.local, ~stream_continues(buffer, state.local, "
         "traj.obs, B))", "state.local"),),
       ("tests/replay/test_mixing.py::test_replayed_sequences_end_where_the_environments_restarted",)),
     M("muzero-splices-restarted-streams", "MuZero's sampled sequences run from a restarted environment's old "
@@ -137,7 +137,7 @@ MUTATIONS: tuple[Mutation, ...] = (
       ("tests/agents/muzero/test_learning.py::test_replayed_sequences_end_where_the_environments_restarted",)),
     M("sequence-lookahead-samples-stashed-slots", "a wrapped sequence buffer samples the oldest steps whose "
       "observations the lookahead stash overwrote",
-      (("podracer/replay_sequence.py", "return jnp.maximum(num_envs - (capacity - size(state)), 0) if lookahead "
+      (("podracer/replay/sequence.py", "return jnp.maximum(num_envs - (capacity - size(state)), 0) if lookahead "
         "else jnp.int32(0)", "return jnp.int32(0)"),),
       ("tests/replay/test_sequence.py::test_lookahead_stashes_each_next_observation_and_never_samples_the_steps_it_took",)),
     M("dqn-target-update-off-by-one", "DQN copies its target one gradient step early",
@@ -160,7 +160,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "return from_storable(stored_target, target), Progress"),),
       ("tests/core/test_checkpoint.py::test_round_trip_onto_mesh_shardings_and_keep_last",)),
     M("impala-cnn-one-residual-block", "the IMPALA CNN loses one residual block per stage",
-      (("podracer/networks.py",
+      (("podracer/networks/torsos.py",
         "            x = _ResidualBlock(features)(x)\n            x = _ResidualBlock(features)(x)\n",
         "            x = _ResidualBlock(features)(x)\n"),),
       ("tests/networks/test_torsos.py::test_torso_shapes_and_parameter_count",)),

@@ -40,7 +40,7 @@ from experiments.presets import register_preset
 from experiments.run_end import register_run_end_hook
 from podracer.config import register_config_upgrade
 from podracer.envs import register_host_env_family, register_jax_env_family
-from podracer.torsos import register_torso
+from podracer.networks import register_torso
 
 HOST_FAMILY = "prefix"  # the host backend name of the prefix-adder ids
 

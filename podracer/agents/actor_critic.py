@@ -3,7 +3,7 @@
 
 A recurrent model is `torso -> ResetCore (LSTM or GRU) -> policy and value heads`; the core
 state is reset to its initial value (zeros) wherever an episode starts, by the rule of
-`podracer.networks_recurrent`, in acting (`act`, one step with the `start` flags the runner
+`podracer.networks.recurrent`, in acting (`act`, one step with the `start` flags the runner
 carries) and in learning (`outputs` and `forward` unroll from `Trajectory.core` with
 `Trajectory.start`, the flags acting used), so both see the same states.
 
@@ -15,7 +15,7 @@ observation is read with the state of the episode it ends, not reset). `prepare(
 gives `(out, value)` shaped like a minibatch's leading axes (`[N]` or `[T, b]`).
 `train_outputs` and `train_forward` are the same plus a scalar auxiliary loss that a loss
 function adds: the auto-encoder's reconstruction loss with a latent (`latent_size > 0`,
-`podracer.networks_latent`), 0 otherwise.
+`podracer.networks.latent`), 0 otherwise.
 
 With a latent (feed-forward only), the torso feeds a small latent that the policy and value
 heads read alone, and a decoder reconstructs the observation from it; the reconstruction
@@ -45,8 +45,8 @@ from podracer.agents.minibatches import (
 from podracer.agents.networks import init_params, make_actor_critic, make_torso
 from podracer.agents.policies import Policy
 from podracer.config import ConfigError, check
-from podracer.networks_latent import Decoder, Encoder, LatentActorCritic, reconstruction_target
-from podracer.networks_recurrent import CORES, CoreState, ResetCore, unroll
+from podracer.networks.latent import Decoder, Encoder, LatentActorCritic, reconstruction_target
+from podracer.networks.recurrent import CORES, CoreState, ResetCore, unroll
 from podracer.ops import masked_logits, reconstruction_loss
 from podracer.ops.losses import RECONSTRUCTIONS
 from podracer.types import (

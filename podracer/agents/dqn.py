@@ -47,15 +47,16 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from podracer import networks, ops, parallel, torsos
+from podracer import networks, ops, parallel
 from podracer.agents.dqn_config import DQNConfig
 from podracer.agents.minibatches import flatten_time_batch
 from podracer.agents.networks import TORSOS, init_params, make_torso
 from podracer.agents.registry import Algorithm
-from podracer.agents.replay_schedule import replay_metrics, schedule_replay
 from podracer.agents.sgd import check_step_metrics, global_norm
 from podracer.counters import Count
-from podracer.replay import Replay, ReplaySample, Transition, make_replay, same_observations
+from podracer.replay.buffer import Replay, ReplaySample, Transition, make_replay, same_observations
+from podracer.replay.learning import learn_steps
+from podracer.replay.schedule import ReplaySchedule, replay_metrics, schedule_replay
 from podracer.types import (
     Agent,
     AgentState,
@@ -71,8 +72,8 @@ from podracer.types import (
     zeros_like_spec,
 )
 
-__all__ = ["DQNConfig", "DQNLearnerState", "DQNParams", "Step", "chain_targets", "dqn_loss", "make_dqn",
-           "make_learn_on_batch", "sample_transitions", "to_steps", "transitions_at"]
+__all__ = ["DQNConfig", "DQNLearnerState", "DQNParams", "Step", "add_and_schedule", "chain_targets", "dqn_loss",
+           "make_dqn", "make_learn_on_batch", "sample_transitions", "to_steps", "transitions_at"]
 
 
 class DQNParams(NamedTuple):
@@ -83,7 +84,7 @@ class DQNParams(NamedTuple):
 
 
 # The metrics of a gradient step, averaged over an update's steps (0 in one that takes none):
-# the algorithm's `step_metrics`, checked against what `learn_steps` averages when it traces.
+# the algorithm's `step_metrics`, checked against what `update` averages when it traces.
 STEP_METRICS = ("loss", "q_mean", "td_abs", "grad_norm", "importance_weight")
 
 
@@ -115,10 +116,10 @@ class Step(NamedTuple):
 
 def make_q_network(config: DQNConfig, obs_spec: ObservationSpec, action_spec: DiscreteSpec) -> nn.Module:
     """The Q-network `config.torso` names: a built-in torso under a Q head, or a registered
-    one (`podracer.torsos`) with `config.torso_options`, under a Q head unless it outputs
+    one (`podracer.networks.registry`) with `config.torso_options`, under a Q head unless it outputs
     action values itself."""
     if config.torso not in TORSOS:
-        module, outputs = torsos.make_registered(config.torso, config.torso_options, obs_spec, action_spec)
+        module, outputs = networks.registry.make_registered(config.torso, config.torso_options, obs_spec, action_spec)
         return module if outputs == "action_values" else networks.QNetwork(action_spec.num_actions, module)
     torso = make_torso(config.torso, config.hidden_sizes, config.activation, obs_spec)
     return networks.QNetwork(action_spec.num_actions, torso)
@@ -165,6 +166,29 @@ def stream_continues(replay: Replay, local: Any, obs: Array) -> Array:
     B = jax.tree.leaves(obs)[0].shape[0]
     previous = replay.get(local, replay.newest(local, B)).next_obs
     return (replay.size(local) >= B) & same_observations(previous, obs)
+
+
+def add_and_schedule(config: Any, replay: Replay, state: AgentState, steps: Step, batch: tuple[int, int],
+                     axis_name: parallel.AxisName) -> ReplaySchedule:
+    """Add an update's replay `steps` (a `[T, B]` trajectory's, `batch = (T, B)`) to this
+    device's buffer, the newest `(n - 1) B` held back until their successors arrive, and
+    schedule the update's gradient steps (`podracer.replay.schedule_replay`): DQN's, SAC's
+    and TD3's.
+
+    Args:
+        config: DQN's or SAC/TD3's config (`n_step` and the replay schedule's fields).
+        replay: the buffer.
+        state: the agent state before the update (`params.env_steps`, `opt_state`, `local`).
+        steps: the steps to add, `[T * B, ...]` time-major (`to_steps`).
+        batch: `(T, B)` of the trajectory.
+        axis_name: the device axis (None: one device).
+
+    Returns:
+        The `ReplaySchedule`.
+    """
+    hold_back = (config.n_step - 1) * batch[1]
+    local = replay.add(state.local, steps, hold_back)
+    return schedule_replay(config, local, state.params.env_steps, state.opt_state, batch, axis_name, hold_back + 1)
 
 
 def transitions_at(replay: Replay, local: Any, indices: Array, envs: int, config: DQNConfig) -> Transition:
@@ -304,64 +328,33 @@ def make_dqn(
         T, B = traj.reward.shape
         num_devices = 1 if axis_name is None else jax.lax.axis_size(axis_name)
         steps = to_steps(traj, stream_continues(replay, state.local, jax.tree.map(lambda x: x[0], traj.obs)))
-        schedule = schedule_replay(config, replay, state, steps, (T, B), axis_name)
+        schedule = add_and_schedule(config, replay, state, steps, (T, B), axis_name)
         # Prioritized replay's importance exponent, annealed linearly from its initial value
         # over the env steps of the updates that learn: 1 in the last one.
         learning_steps = learning_updates(config, num_updates, T, B, num_devices) * schedule.received
         progress = jnp.minimum(schedule.learner.learning_env_steps.as_float() / learning_steps, 1.0)
         beta = config.importance_exponent + (1.0 - config.importance_exponent) * progress
-        online, learner, local, metrics = learn_steps(
-            state.params.online, schedule.learner, schedule.local, key, schedule.num_steps, schedule.max_steps, beta, B
+
+        def step(carry: tuple[Params, DQNLearnerState, Any], key: PRNGKey):
+            """One gradient step on n-step transitions, the sampled items' priorities updated."""
+            online, learner, local = carry
+            sample = sample_transitions(replay, local, key, beta, B, config)
+            online, learner, metrics, td = learn_on_batch(online, learner, sample)
+            local = replay.set_priorities(local, sample.indices, jnp.abs(td) + config.priority_eps)
+            metrics["importance_weight"] = jnp.mean(sample.weights)
+            return (online, learner, local), metrics
+
+        (online, learner, local), metrics = learn_steps(
+            step, (state.params.online, schedule.learner, schedule.local), key, schedule.num_steps,
+            schedule.max_steps, axis_name, unroll=config.unroll_sgd,
         )
+        check_step_metrics(metrics, STEP_METRICS, "dqn")
         if config.prioritized:
             metrics["importance_exponent"] = beta
         metrics.update(epsilon=epsilon(schedule.env_steps.as_float()),
                        **replay_metrics(config, replay, schedule._replace(local=local), learner, (T, B), axis_name))
         env_steps = schedule.env_steps
         return AgentState(DQNParams(online, env_steps), learner, state.update_count + 1, local), metrics
-
-    def learn_steps(online: Params, learner: DQNLearnerState, local: Any, key: PRNGKey, num_steps: Array,
-                    max_steps: int, beta: Array, envs: int):
-        """`num_steps` (traced, <= `max_steps`) gradient steps on n-step transitions from a
-        buffer filled by `envs` environments; metrics are their means (0 if none)."""
-        keys = jax.random.split(key, max_steps)
-
-        def one_step(online: Params, learner: DQNLearnerState, local: Any, key: PRNGKey):
-            sample = sample_transitions(replay, local, key, beta, envs, config)
-            online, learner, metrics, td = learn_on_batch(online, learner, sample)
-            local = replay.set_priorities(local, sample.indices, jnp.abs(td) + config.priority_eps)
-            metrics["importance_weight"] = jnp.mean(sample.weights)
-            return online, learner, local, varying(metrics)
-
-        def body(i: Array, carry: tuple) -> tuple:
-            online, learner, local, sums = carry
-            online, learner, local, metrics = one_step(online, learner, local, keys[i])
-            return online, learner, local, jax.tree.map(jnp.add, sums, metrics)
-
-        shapes = jax.eval_shape(one_step, online, learner, local, keys[0])[-1]
-        check_step_metrics(shapes, STEP_METRICS, "dqn")
-        sums = varying(jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes))
-        carry = (online, learner, local, sums)
-        if config.unroll_sgd:
-            # XLA:CPU runs convolution gradients inside a loop body (or a cond branch) many
-            # times slower than outside one: unroll `max_steps` steps and keep the results of
-            # the first `num_steps`: at most one step is computed in vain once learning has
-            # started (none when the credit per update is whole), but all of them before.
-            # Leaves that a step does not change (a uniform buffer's items) pass through.
-            for i in range(max_steps):
-                new = body(i, carry)
-                take = i < num_steps
-                carry = jax.tree.map(lambda n, o, take=take: o if n is o else jnp.where(take, n, o), new, carry)
-        else:
-            carry = jax.lax.fori_loop(0, num_steps, body, carry)
-        online, learner, local, sums = carry
-        means = jax.tree.map(lambda x: x / jnp.maximum(num_steps, 1).astype(x.dtype), sums)
-        return online, learner, local, parallel.pmean(means, axis_name)
-
-    def varying(tree: Any) -> Any:
-        # The per-step metrics mix device-varying (loss) and invariant (grad_norm) values; a
-        # loop carry needs one type, so all are summed as varying and averaged after.
-        return tree if axis_name is None else parallel.to_varying(tree, axis_name)
 
     return Agent(init=init, act=act, update=update, greedy_act=greedy_act)
 

@@ -8,7 +8,7 @@ from typing import Literal
 
 from podracer.agents.networks import ACTIVATIONS, TORSOS
 from podracer.config import check
-from podracer.torsos import parse_torso_options, registered_torsos
+from podracer.networks.registry import parse_torso_options, registered_torsos
 from podracer.types import BatchShape
 
 
@@ -56,11 +56,11 @@ class DQNConfig:
     priority_eps: float = 1e-6  # added to |TD error| so no transition gets priority 0
     unroll_sgd: bool = False  # unroll the gradient steps of an update (faster CNN updates on CPU, longer compile)
     # network body: "mlp" for vectors, "nature_cnn" or "impala_cnn" for pixels, or a torso
-    # registered by name (`podracer.torsos.register_torso`; hidden_sizes/activation unused).
+    # registered by name (`podracer.networks.registry.register_torso`; hidden_sizes/activation unused).
     # Dict/NamedTuple observations: "mlp" flattens and concatenates their fields,
     # "multi_encoder" gives each image-like field a convolution first.
     torso: str = "mlp"
-    # a registered torso's options by name, e.g. blocks=2 channels=16 (`podracer.torsos`)
+    # a registered torso's options by name, e.g. blocks=2 channels=16 (`podracer.networks.registry`)
     torso_options: tuple[str, ...] = ()
     hidden_sizes: tuple[int, ...] = (120, 84)  # MLP layer widths (torso mlp)
     activation: Literal["tanh", "relu", "gelu"] = "relu"  # MLP activation (torso mlp)

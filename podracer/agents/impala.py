@@ -22,11 +22,11 @@ from podracer.agents.actor_critic import check_model_fields, make_actor_critic_m
 from podracer.agents.minibatches import sequence_minibatches
 from podracer.agents.networks import ACTIVATIONS, TORSOS
 from podracer.agents.registry import Algorithm
-from podracer.agents.replay_mixing import check_replay, with_replay
 from podracer.agents.schedules import learning_rate
 from podracer.agents.sgd import make_init, make_sgd_epochs
 from podracer.config import check
 from podracer.ops import VTraceOutput, categorical_log_prob, entropy_loss, vtrace_td_error_and_advantage
+from podracer.replay.mixing import check_replay, with_replay
 from podracer.types import (
     Agent,
     AgentState,

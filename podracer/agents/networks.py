@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import flax.linen as nn
 
-from podracer import networks, networks_structured
+from podracer import networks
 from podracer.config import ConfigError
-from podracer.torsos import BUILTIN_TORSOS
+from podracer.networks import structured as networks_structured
+from podracer.networks.registry import BUILTIN_TORSOS
 from podracer.types import (
     ActionSpec,
     BoxSpec,
@@ -49,7 +50,7 @@ def make_torso(
 ) -> nn.Module:
     """A fresh torso module of the kind a config names (`TORSOS`); `layer_norm` applies to
     the MLP and MinAtar torsos. Dict/NamedTuple observations, and "multi_encoder", get a
-    structured torso (`podracer.networks_structured.structured_torso`)."""
+    structured torso (`podracer.networks.structured.structured_torso`)."""
     obs_spec = network_obs_spec(obs_spec)
     if torso == "multi_encoder" or networks_structured.is_structured(obs_spec):
         return networks_structured.structured_torso(torso, hidden_sizes, activation, obs_spec, layer_norm)

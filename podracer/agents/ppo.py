@@ -27,11 +27,11 @@ from podracer.agents.networks import ACTIVATIONS, TORSOS
 from podracer.agents.normalization import with_normalization
 from podracer.agents.policies import Policy, policy_for
 from podracer.agents.registry import Algorithm
-from podracer.agents.replay_mixing import check_replay, with_replay
 from podracer.agents.schedules import learning_rate
 from podracer.agents.sgd import make_init, make_sgd_epochs
 from podracer.config import check
 from podracer.ops import clipped_surrogate_loss, clipped_value_loss, gae_advantages
+from podracer.replay.mixing import check_replay, with_replay
 from podracer.types import (
     ActionSpec,
     Agent,

@@ -68,7 +68,7 @@ class Algorithm:
     masks:         whether its agents respect `MaskedObs` legal-action masks (in acting, in
                    greedy acting and in every target that picks an action).
     structured_obs: whether its agents take dict/NamedTuple observations (their torsos built
-                   by `podracer.networks_structured`); one that does not is refused them at setup.
+                   by `podracer.networks.structured`); one that does not is refused them at setup.
     probe_config:  a small config that learns the probe environments of each supported
                    action space within `probe_steps` env steps: the contract suite's.
     exact_config:  `(config, global batch) -> config`, a variant whose update of that global

@@ -2,7 +2,7 @@
 
 An environment may return a dict or a NamedTuple of arrays as its observation (Jumanji's
 `Observation(grid, step_count, action_mask)`); the torsos take such observations
-(`podracer.networks_structured`). A field named as in `MASK_FIELDS` is a legal-action mask:
+(`podracer.networks.structured`). A field named as in `MASK_FIELDS` is a legal-action mask:
 `MaskFieldJaxEnv` moves it into podracer's `MaskedObs(obs, action_mask)`, which every agent
 that respects masks reads, and `podracer.envs.make_configured_jax_env` applies it wherever an
 environment's observation spec has such a field.

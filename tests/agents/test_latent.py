@@ -1,4 +1,4 @@
-"""The compressed latent (`podracer.networks_latent`, wired in `podracer.agents.actor_critic`):
+"""The compressed latent (`podracer.networks.latent`, wired in `podracer.agents.actor_critic`):
 the reconstruction loss, where its gradients go, acting without the decoder, the config
 checks, and IMPALA / PPO-with-V-trace training with it (replay and masks included)."""
 

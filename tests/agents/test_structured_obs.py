@@ -96,7 +96,7 @@ def test_what_cannot_take_structured_observations_is_one_config_error(preset, ag
 def test_an_integer_counter_field_is_squashed_so_it_cannot_saturate_the_network():
     """Jumanji Snake's `step_count` (int32, up to 4000) enters as symlog(4000) = 8.3, not
     4000; a float field is taken as it is."""
-    from podracer.networks_structured import symlog
+    from podracer.networks.structured import symlog
 
     counter = {"count": ObsSpec((), np.dtype(np.int32))}
     net = make_torso("mlp", (4,), "relu", counter)

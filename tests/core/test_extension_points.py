@@ -1,6 +1,6 @@
 """The core's extension points, used as a user's package would: environment-id families in
 JAX and host forms (`podracer.envs.families`), torsos by name with their options
-(`podracer.torsos`), and the command line's registered commands, benchmarks and error types
+(`podracer.networks.registry`), and the command line's registered commands, benchmarks and error types
 (`experiments.commands`)."""
 
 import argparse
@@ -25,18 +25,18 @@ from podracer.envs import (
     register_jax_env_family,
 )
 from podracer.envs.host import host_backend, host_env_specs
-from podracer.torsos import register_torso, registered_torsos
+from podracer.networks.registry import register_torso, registered_torsos
 from podracer.types import DiscreteSpec, ObsSpec
 
 
 @pytest.fixture
 def fresh_registries(monkeypatch):
     """Registrations made by a test are forgotten after it."""
-    import podracer.torsos
+    import podracer.networks.registry
 
     monkeypatch.setattr(families, "_JAX_FAMILIES", dict(families._JAX_FAMILIES))
     monkeypatch.setattr(families, "_HOST_FAMILIES", dict(families._HOST_FAMILIES))
-    monkeypatch.setattr(podracer.torsos, "_TORSOS", dict(podracer.torsos._TORSOS))
+    monkeypatch.setattr(podracer.networks.registry, "_TORSOS", dict(podracer.networks.registry._TORSOS))
     monkeypatch.setattr(commands, "_COMMANDS", dict(commands._COMMANDS))
     monkeypatch.setattr(commands, "_BENCH_COMMANDS", dict(commands._BENCH_COMMANDS))
     monkeypatch.setattr(commands, "_ERRORS", list(commands._ERRORS))

@@ -34,7 +34,7 @@ from podracer.agents.normalization import with_normalization
 from podracer.agents.ppo import gae_from_values, vtrace_advantages_and_targets
 from podracer.config import EnvConfig
 from podracer.envs import make_configured_jax_env
-from podracer.networks_recurrent import ResetCore
+from podracer.networks.recurrent import ResetCore
 from podracer.ops import categorical_log_prob
 from podracer.types import Agent, AgentState, DiscreteSpec, ObsSpec, Trajectory
 from tests.support.helpers import gae_episode_by_episode, vtrace_episode_by_episode

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from podracer.networks_recurrent import ResetCore, unroll
+from podracer.networks.recurrent import ResetCore, unroll
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -193,3 +193,29 @@ def test_held_back_items_are_sampled_only_once_released(prioritized):
         np.testing.assert_array_equal(leaves[[0, 1, 14, 15]], 0.0)  # 16, 17, 14, 15: held back
         np.testing.assert_array_equal(leaves[2:14], 1.0)
         assert_exact_sum_tree(state.sum_tree_state, 16)
+
+
+@pytest.mark.parametrize("unroll", [False, True])
+def test_the_gradient_step_loop_takes_the_steps_earned_and_averages_their_metrics(unroll):
+    """`learn_steps`: step i gets the i-th of `max_steps` keys; the carry goes through the
+    first `num_steps` steps only, and each metric is its mean over them (0 for none)."""
+    max_steps = 4
+    key = jax.random.key(3)
+    draws = jax.vmap(jax.random.uniform)(jax.random.split(key, max_steps))
+
+    def step(carry, key):
+        count, untouched = carry
+        return (count + 1, untouched), {"count": count.astype(jnp.float32), "draw": jax.random.uniform(key)}
+
+    @jax.jit
+    def run(num_steps):
+        return replay_lib.learn_steps(step, (jnp.int32(0), jnp.float32(7.0)), key, num_steps, max_steps, None,
+                                      unroll=unroll)
+
+    for num_steps in range(max_steps + 1):
+        (count, untouched), metrics = run(jnp.int32(num_steps))
+        assert int(count) == num_steps and float(untouched) == 7.0
+        expected_count = np.mean(np.arange(num_steps)) if num_steps else 0.0
+        expected_draw = np.mean(draws[:num_steps]) if num_steps else 0.0
+        np.testing.assert_allclose(metrics["count"], expected_count, rtol=1e-6)
+        np.testing.assert_allclose(metrics["draw"], expected_draw, rtol=1e-6)

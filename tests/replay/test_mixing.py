@@ -1,4 +1,4 @@
-"""Replay for V-trace agents (`podracer.agents.replay_mixing`): what an update learns from,
+"""Replay for V-trace agents (`podracer.replay.mixing`): what an update learns from,
 the batch checks, and IMPALA and PPO-with-V-trace with replay on both architectures."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from podracer.agents import ImpalaConfig, PPOConfig, algorithms
-from podracer.agents.replay_mixing import replayed_per_update, with_replay
 from podracer.config import ConfigError
+from podracer.replay.mixing import replayed_per_update, with_replay
 from podracer.types import Agent, AgentState, BatchShape, ObsSpec, Trajectory
 from tests.support.contract_helpers import anakin_vs_sebulba
 

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from podracer.replay_sequence import make_sequence_replay, same_episode, stratified_starts
+from podracer.replay.sequence import make_sequence_replay, same_episode, stratified_starts
 
 
 class Step(NamedTuple):

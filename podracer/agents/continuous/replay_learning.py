@@ -21,13 +21,14 @@ import numpy as np
 
 from podracer import parallel
 from podracer.agents.continuous.config import ReplayActorCriticConfig
-from podracer.agents.dqn import Step, sample_transitions, stream_continues
+from podracer.agents.dqn import Step, add_and_schedule, sample_transitions, stream_continues
 from podracer.agents.minibatches import flatten_time_batch
-from podracer.agents.replay_schedule import replay_metrics, schedule_replay
 from podracer.agents.sgd import check_step_metrics
 from podracer.config import ConfigError
 from podracer.counters import Count
-from podracer.replay import Replay, Transition, make_replay
+from podracer.replay.buffer import Replay, Transition, make_replay
+from podracer.replay.learning import learn_steps
+from podracer.replay.schedule import replay_metrics
 from podracer.types import AgentState, Array, BoxSpec, ObservationSpec, Params, PRNGKey, Trajectory, zeros_like_spec
 
 
@@ -124,34 +125,20 @@ def make_replay_update(config: ReplayActorCriticConfig, replay: Replay, learn_on
     def update(state: AgentState, traj: Trajectory, key: PRNGKey):
         T, B = traj.reward.shape
         steps = to_steps(traj, stream_continues(replay, state.local, jax.tree.map(lambda x: x[0], traj.obs)))
-        schedule = schedule_replay(config, replay, state, steps, (T, B), axis_name)
-        local, learner, num_steps = schedule.local, schedule.learner, schedule.num_steps
-        keys = jax.random.split(key, schedule.max_steps)
+        schedule = add_and_schedule(config, replay, state, steps, (T, B), axis_name)
+        local = schedule.local
 
-        def one_step(actor: Params, learner: ContinuousLearnerState, key: PRNGKey):
+        def step(carry: tuple[Params, ContinuousLearnerState], key: PRNGKey):
             sample_key, learn_key = jax.random.split(key)
             items = sample_transitions(replay, local, sample_key, jnp.float32(1.0), B, config).items
-            actor, learner, metrics = learn_on_batch(actor, learner, items, learn_key)
-            return actor, learner, varying(metrics)
+            actor, learner, metrics = learn_on_batch(*carry, items, learn_key)
+            return (actor, learner), metrics
 
-        def body(i: Array, carry: tuple) -> tuple:
-            actor, learner, sums = carry
-            actor, learner, metrics = one_step(actor, learner, keys[i])
-            return actor, learner, jax.tree.map(jnp.add, sums, metrics)
-
-        shapes = jax.eval_shape(one_step, state.params.actor, learner, keys[0])[-1]
-        check_step_metrics(shapes, step_metrics, name)
-        sums = varying(jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes))
-        actor, learner, sums = jax.lax.fori_loop(0, num_steps, body, (state.params.actor, learner, sums))
-        metrics = parallel.pmean(jax.tree.map(lambda x: x / jnp.maximum(num_steps, 1).astype(x.dtype), sums),
-                                 axis_name)
+        (actor, learner), metrics = learn_steps(step, (state.params.actor, schedule.learner), key, schedule.num_steps,
+                                                schedule.max_steps, axis_name)
+        check_step_metrics(metrics, step_metrics, name)
         metrics.update(replay_metrics(config, replay, schedule, learner, (T, B), axis_name))
         env_steps = schedule.env_steps
         return AgentState(ContinuousParams(actor, env_steps), learner, state.update_count + 1, local), metrics
-
-    def varying(tree: Any) -> Any:
-        # per-step metrics mix device-varying (losses) and invariant values; a loop carry
-        # needs one type, so all are summed as varying and averaged after
-        return tree if axis_name is None else parallel.to_varying(tree, axis_name)
 
     return update

@@ -35,7 +35,7 @@ from podracer.agents.continuous.replay_learning import (
 from podracer.agents.registry import Algorithm
 from podracer.counters import Count
 from podracer.ops import continuous_q
-from podracer.replay import Transition
+from podracer.replay.buffer import Transition
 from podracer.types import (
     Agent,
     Array,

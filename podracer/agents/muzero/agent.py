@@ -5,7 +5,7 @@ Where its state lives (the `AgentState` contract):
   acting is a search over the learned model.
 - `opt_state`: `MuZeroLearnerState`, replicated learner-only state (optimizer, counters,
   replay credit).
-- `local`: this device's sequence buffer (`podracer.replay_sequence`, each environment's
+- `local`: this device's sequence buffer (`podracer.replay.sequence`, each environment's
   next observation stashed after its write head), never averaged.
 
 `act` searches (`search.make_acting`); `update` adds the rollout to the device's buffer
@@ -82,7 +82,7 @@ def _exact_config(config: MuZeroConfig, batch: BatchShape) -> MuZeroConfig:
     """One gradient step on every sequence the batch holds, however it is split: sequences
     no longer than the rollout (so one update's steps hold some), learning from the first
     update, and `batch_size` the number of sequence starts in the whole batch; stratified
-    sampling (`podracer.replay_sequence.stratified_starts`) of them from a device holding
+    sampling (`podracer.replay.sequence.stratified_starts`) of them from a device holding
     `1 / D` of the starts takes each exactly `D` times, and the loss is a mean."""
     T = batch.rollout_length
     unroll = min(config.unroll_steps, max(1, (T - 1) // 2))

@@ -7,7 +7,7 @@ import math
 from typing import Literal
 
 from podracer.config import check
-from podracer.replay_sequence import max_capacity
+from podracer.replay.sequence import max_capacity
 from podracer.types import BatchShape
 
 SEARCHES = ("gumbel", "muzero")
@@ -101,7 +101,7 @@ class MuZeroConfig:
               f"must be <= agent.buffer_size ({self.buffer_size})", self.batch_size)
         check(self.buffer_size <= max_capacity(self.batch_size), "agent.buffer_size",
               f"must be <= {max_capacity(self.batch_size)} to sample {self.batch_size} sequences exactly "
-              "(podracer.replay_sequence.max_capacity)", self.buffer_size)
+              "(podracer.replay.sequence.max_capacity)", self.buffer_size)
 
     @property
     def sequence_length(self) -> int:

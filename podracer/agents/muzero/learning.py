@@ -25,12 +25,10 @@ from podracer.agents.muzero.losses import sequence_loss
 from podracer.agents.muzero.networks import MuZeroNetwork
 from podracer.agents.sgd import check_step_metrics, global_norm
 from podracer.counters import Count
-from podracer.replay import same_observations
-from podracer.replay_sequence import (
-    SequenceReplay,
-    SequenceSample,
-    make_sequence_replay,
-)
+from podracer.replay.buffer import same_observations
+from podracer.replay.learning import learn_steps
+from podracer.replay.schedule import replay_metrics, schedule_replay
+from podracer.replay.sequence import SequenceReplay, SequenceSample, make_sequence_replay
 from podracer.types import AgentState, Array, Params, PRNGKey, Trajectory
 
 
@@ -128,7 +126,7 @@ def to_replay_steps(network: MuZeroNetwork, params: Params, traj: Trajectory, ex
 
 
 # The metrics of a gradient step, averaged over an update's steps (0 in one that takes none):
-# the algorithm's `step_metrics`, checked against what `learn_steps` averages when it traces.
+# the algorithm's `step_metrics`, checked against what `update` averages when it traces.
 STEP_METRICS = ("loss", "value_loss", "policy_loss", "reward_loss", "value_error", "policy_entropy", "grad_norm")
 
 
@@ -169,68 +167,30 @@ def make_update(
 
     def update(state: AgentState, traj: Trajectory, key: PRNGKey):
         T, B = traj.reward.shape
-        num_devices = 1 if axis_name is None else jax.lax.axis_size(axis_name)
-        per_update = config.steps_per_update(T * B)  # static: shapes are known when tracing
-        max_steps = config.max_steps_per_update(T * B)
         local = end_restarted_streams(network, state.params, replay, state.local, traj.obs[0], config.value_max)
         local = replay.add(local, to_replay_steps(network, state.params, traj, example, config.value_max))
         local = replay.stash(local, traj.next_obs[-1])
         learner: MuZeroLearnerState = state.opt_state
-        received = T * B * num_devices
-        env_steps = learner.env_steps.add(received)
-        # Every device has added the same number of steps: a replicated test of `can_sample`.
-        whole_sequence = env_steps.ge(((config.sequence_length - 1) * B + 1) * num_devices)
-        learn = env_steps.ge(config.learning_starts) & whole_sequence
-        credit = learner.replay_credit + jnp.where(learn, jnp.float32(per_update), 0.0)
-        num_steps = jnp.minimum(jnp.floor(credit).astype(jnp.int32), max_steps)
-        learner = learner._replace(
-            replay_credit=credit - num_steps.astype(jnp.float32), env_steps=env_steps,
-            learning_env_steps=learner.learning_env_steps.add(jnp.where(learn, received, 0)),
-            gradient_steps=learner.gradient_steps.add(num_steps),
-        )
-        total = num_updates * received  # static: the run's env steps
+        # A device's buffer can be sampled once it holds a whole sequence of each environment.
+        schedule = schedule_replay(config, local, learner.env_steps, learner, (T, B), axis_name,
+                                   (config.sequence_length - 1) * B + 1)
+        learner = schedule.learner._replace(env_steps=schedule.env_steps,
+                                            gradient_steps=learner.gradient_steps.add(schedule.num_steps))
+        total = num_updates * schedule.received  # static: the run's env steps
         lr_scale = 1.0 - jnp.minimum(learner.env_steps.as_float() / total, 1.0) if config.anneal_lr else 1.0
-        params, opt_state, metrics = learn_steps(state.params, learner.optimizer, local, key, num_steps, max_steps, B,
-                                                 lr_scale)
-        learned = learner.gradient_steps.as_float() * (config.batch_size * num_devices)
-        seen = learner.learning_env_steps.as_float()
-        metrics.update(
-            learning=learn.astype(jnp.float32), gradient_steps=num_steps.astype(jnp.float32),
-            replay_size=parallel.pmean(replay.size(local).astype(jnp.float32), axis_name),
-            replay_ratio=jnp.float32(config.steps_per_update(T * B) * config.batch_size / (T * B)),
-            replay_ratio_achieved=jnp.where(seen > 0, learned / jnp.maximum(seen, 1.0), 0.0),
-            learning_rate=jnp.float32(config.learning_rate) * lr_scale,
-            root_value=parallel.pmean(jnp.mean(traj.extras["root_value"]), axis_name),
-        )
+
+        def step(carry: tuple[Params, Any], key: PRNGKey):
+            params, opt_state, metrics = learn_on_batch(*carry, replay.sample(local, key, B), lr_scale)
+            return (params, opt_state), metrics
+
+        (params, opt_state), metrics = learn_steps(step, (state.params, learner.optimizer), key, schedule.num_steps,
+                                                   schedule.max_steps, axis_name)
+        check_step_metrics(metrics, STEP_METRICS, "muzero")
+        metrics.update(replay_metrics(config, replay, schedule, learner, (T, B), axis_name))
+        metrics.update(learning_rate=jnp.float32(config.learning_rate) * lr_scale,
+                       root_value=parallel.pmean(jnp.mean(traj.extras["root_value"]), axis_name))
         learner = learner._replace(optimizer=opt_state)
         return AgentState(params, learner, state.update_count + 1, local), metrics
-
-    def learn_steps(params: Params, opt_state: Any, local: Any, key: PRNGKey, num_steps: Array, max_steps: int,
-                    num_envs: int, lr_scale: Array):
-        """`num_steps` (traced, <= `max_steps`) gradient steps; metrics are their means (0 if none)."""
-        keys = jax.random.split(key, max_steps)
-
-        def one_step(params: Params, opt_state: Any, key: PRNGKey):
-            params, opt_state, metrics = learn_on_batch(params, opt_state, replay.sample(local, key, num_envs),
-                                                        lr_scale)
-            return params, opt_state, varying(metrics)
-
-        def body(i: Array, carry: tuple) -> tuple:
-            params, opt_state, sums = carry
-            params, opt_state, metrics = one_step(params, opt_state, keys[i])
-            return params, opt_state, jax.tree.map(jnp.add, sums, metrics)
-
-        shapes = jax.eval_shape(one_step, params, opt_state, keys[0])[-1]
-        check_step_metrics(shapes, STEP_METRICS, "muzero")
-        sums = varying(jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes))
-        params, opt_state, sums = jax.lax.fori_loop(0, num_steps, body, (params, opt_state, sums))
-        means = jax.tree.map(lambda x: x / jnp.maximum(num_steps, 1).astype(x.dtype), sums)
-        return params, opt_state, parallel.pmean(means, axis_name)
-
-    def varying(tree: Any) -> Any:
-        # Per-step metrics mix device-varying (loss) and invariant (grad_norm) values; a loop
-        # carry needs one type, so all are summed as varying and averaged after.
-        return tree if axis_name is None else parallel.to_varying(tree, axis_name)
 
     return update
 

@@ -2,7 +2,7 @@
 fixed-length sequences of consecutive steps of one environment (MuZero's unrolls,
 replayed V-trace/IMPALA sequences).
 
-Like `podracer.replay`, the state lives on one device: an agent keeps it in
+Like `podracer.replay.buffer`'s, the state lives on one device: an agent keeps it in
 `AgentState.local`, and under a runner each learner device holds, fills and samples its own.
 
 Layout: a `[T, B, ...]` rollout is appended as one stream of `T * B` steps in time-major

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from podracer.networks import _ACTIVATIONS, orthogonal
+from podracer.networks.layers import ACTIVATIONS, orthogonal
 
 
 def reconstruction_target(obs: jax.Array) -> jax.Array:
@@ -42,7 +42,7 @@ class Encoder(nn.Module):
     def __call__(self, obs: jax.Array) -> jax.Array:
         x = nn.Dense(self.latent_size, kernel_init=orthogonal(), bias_init=nn.initializers.zeros,
                      name="latent")(self.torso(obs))
-        return _ACTIVATIONS[self.activation](x)
+        return ACTIVATIONS[self.activation](x)
 
 
 class Decoder(nn.Module):
@@ -56,7 +56,7 @@ class Decoder(nn.Module):
     @nn.compact
     def __call__(self, latent: jax.Array) -> jax.Array:
         x = nn.Dense(self.hidden_size, kernel_init=orthogonal(), bias_init=nn.initializers.zeros)(latent)
-        x = _ACTIVATIONS[self.activation](x)
+        x = ACTIVATIONS[self.activation](x)
         x = nn.Dense(int(np.prod(self.obs_shape)), kernel_init=orthogonal(1.0), bias_init=nn.initializers.zeros,
                      name="reconstruction")(x)
         return x.reshape(latent.shape[:-1] + tuple(self.obs_shape))
@@ -65,7 +65,7 @@ class Decoder(nn.Module):
 class LatentActorCritic(nn.Module):
     """`encoder -> latent -> heads`, with `decoder` reading the same latent.
 
-    `heads` is an actor-critic module (`networks.ActorCritic` or `GaussianActorCritic`)
+    `heads` is an actor-critic module (`ActorCritic` or `GaussianActorCritic`)
     whose torso is the identity on the latent, so its policy and value layers are linear in
     it. Parameters: `{"encoder", "heads", "decoder"}`; initialise with
     `method="with_reconstruction"` so that the decoder's exist too.

@@ -1,6 +1,7 @@
-"""The replay schedule that DQN, SAC and TD3 share: each update adds its trajectory to this
-device's buffer and earns gradient steps at `replay_ratio` (fractions carried to the next
-update) once `learning_starts` env steps are reached; the metrics every replay agent logs."""
+"""The replay schedule that DQN, SAC, TD3 and MuZero share: an update, its trajectory added to
+this device's buffer, earns gradient steps at `replay_ratio` (fractions carried to the next
+update) once `learning_starts` env steps are reached and every buffer holds a step to sample;
+and the metrics every replay agent logs."""
 
 from __future__ import annotations
 
@@ -11,17 +12,18 @@ import jax.numpy as jnp
 
 from podracer import parallel
 from podracer.counters import Count
-from podracer.replay import Replay
-from podracer.types import AgentState, Array
+from podracer.replay.buffer import Replay
+from podracer.replay.sequence import SequenceReplay
+from podracer.types import Array
 
 
 class ReplaySchedule(NamedTuple):
-    """One update's replay bookkeeping, decided before any gradient step (DQN, SAC, TD3).
+    """One update's replay bookkeeping, decided before any gradient step.
 
     local:      this device's buffer with the trajectory added.
     env_steps:  the run's env steps after this update (all devices).
     learn:      `bool []`: the update learns (`learning_starts` reached, and a step to sample
-                past the held-back ones in every buffer).
+                in every buffer).
     learner:    the learner state, `replay_credit` and `learning_env_steps` advanced.
     num_steps:  `int32 []`: the gradient steps earned (fractions carried), <= `max_steps`.
     max_steps:  the static bound of the gradient-step loop.
@@ -39,21 +41,22 @@ class ReplaySchedule(NamedTuple):
     received: int
 
 
-def schedule_replay(config: Any, replay: Replay, state: AgentState, steps: Any, batch: tuple[int, int],
-                    axis_name: parallel.AxisName) -> ReplaySchedule:
-    """Add an update's `steps` (a `[T, B]` trajectory's, `batch = (T, B)`) to this device's
-    buffer and decide, from replicated counters so that every device decides alike, whether
-    and how many gradient steps the update takes (`config.replay_ratio`, `learning_starts`).
+def schedule_replay(config: Any, local: Any, env_steps: Count, learner: Any, batch: tuple[int, int],
+                    axis_name: parallel.AxisName, min_received: int) -> ReplaySchedule:
+    """Decide, from replicated counters so that every device decides alike, whether and how
+    many gradient steps an update of a `[T, B]` trajectory takes (`config.replay_ratio`,
+    `learning_starts`), its steps already added to this device's buffer.
 
     Args:
-        config: a replay config (`steps_per_update`, `max_steps_per_update`, `n_step`,
-            `learning_starts`); DQN's or SAC/TD3's.
-        replay: the buffer.
-        state: the agent state before the update (`params.env_steps`, `opt_state` with
-            `replay_credit` and `learning_env_steps`, `local` the buffer).
-        steps: the steps to add, time-major and flattened as the buffer stores them.
+        config: a replay config (`steps_per_update`, `max_steps_per_update`,
+            `learning_starts`): DQN's, SAC/TD3's or MuZero's.
+        local: this device's buffer, the update's steps added.
+        env_steps: the run's env steps (all devices, one seed) before this update.
+        learner: the learner state (`replay_credit`, `learning_env_steps`) before it.
         batch: `(T, B)` of the trajectory.
         axis_name: the device axis (None: one device).
+        min_received: the steps a device's buffer must have received before it holds one to
+            sample: one past DQN's held-back `(n - 1) B`, a whole sequence for MuZero.
 
     Returns:
         The `ReplaySchedule`.
@@ -62,14 +65,10 @@ def schedule_replay(config: Any, replay: Replay, state: AgentState, steps: Any, 
     num_devices = 1 if axis_name is None else jax.lax.axis_size(axis_name)
     per_update = config.steps_per_update(T * B)  # static: shapes are known when tracing
     max_steps = config.max_steps_per_update(T * B)
-    hold_back = (config.n_step - 1) * B  # the newest steps, whose successors are still to come
-    local = replay.add(state.local, steps, hold_back)
     received = T * B * num_devices
-    env_steps = state.params.env_steps.add(received)
-    # Learning needs `learning_starts` env steps, and a step to sample past the held-back
-    # ones in every buffer (each device has received `env_steps / num_devices` steps).
-    learn = env_steps.ge(max(config.learning_starts, num_devices * (hold_back + 1)))
-    learner = state.opt_state
+    env_steps = env_steps.add(received)
+    # Each device has received `env_steps / num_devices` steps.
+    learn = env_steps.ge(max(config.learning_starts, num_devices * min_received))
     credit = learner.replay_credit + jnp.where(learn, jnp.float32(per_update), 0.0)
     num_steps = jnp.minimum(jnp.floor(credit).astype(jnp.int32), max_steps)
     learner = learner._replace(
@@ -79,8 +78,8 @@ def schedule_replay(config: Any, replay: Replay, state: AgentState, steps: Any, 
     return ReplaySchedule(local, env_steps, learn, learner, num_steps, max_steps, per_update, received)
 
 
-def replay_metrics(config: Any, replay: Replay, schedule: ReplaySchedule, learner: Any, batch: tuple[int, int],
-                   axis_name: parallel.AxisName) -> dict[str, Array]:
+def replay_metrics(config: Any, replay: Replay | SequenceReplay, schedule: ReplaySchedule, learner: Any,
+                   batch: tuple[int, int], axis_name: parallel.AxisName) -> dict[str, Array]:
     """The replay metrics every replay agent logs: `learning`, `gradient_steps`,
     `replay_size`, `replay_ratio` (asked) and `replay_ratio_achieved` (gradient steps x
     global batch per env step since learning began), from `learner` after the steps."""

@@ -21,8 +21,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from podracer import networks
 from podracer.config import ConfigError
+from podracer.networks.torsos import MLP, MinAtarCNN
 from podracer.types import ObservationSpec, ObsSpec, is_obs_spec
 
 STRUCTURED_TORSOS = ("mlp", "multi_encoder")
@@ -72,7 +72,7 @@ class ConcatTorso(nn.Module):
     @nn.compact
     def __call__(self, obs: Any) -> jax.Array:
         x = jnp.concatenate(_flat_fields(obs, self.ndims), axis=-1)
-        return networks.MLP(tuple(self.hidden_sizes), self.activation, layer_norm=self.layer_norm)(x)
+        return MLP(tuple(self.hidden_sizes), self.activation, layer_norm=self.layer_norm)(x)
 
 
 class MultiEncoderTorso(nn.Module):
@@ -91,12 +91,12 @@ class MultiEncoderTorso(nn.Module):
         features = []
         for leaf, shape in zip(jax.tree.leaves(obs), self.shapes):
             if len(shape) == 3 and min(shape[:2]) >= 3:
-                conv = networks.MinAtarCNN(self.channels, (), self.activation, self.layer_norm)
+                conv = MinAtarCNN(self.channels, (), self.activation, self.layer_norm)
                 features.append(conv(leaf))
             else:
                 features.append(_flat_field(leaf, len(shape)))
         x = jnp.concatenate(features, axis=-1)
-        return networks.MLP(tuple(self.hidden_sizes), self.activation, layer_norm=self.layer_norm)(x)
+        return MLP(tuple(self.hidden_sizes), self.activation, layer_norm=self.layer_norm)(x)
 
 
 def structured_torso(torso: str, hidden_sizes: Sequence[int], activation: str, obs_spec: ObservationSpec,

@@ -2,7 +2,7 @@
 replayed from this learner device's buffer, in a set proportion (CLEAR, Rolnick et al. 2019;
 LASER, Schmitt et al. 2020; the replay of "Accelerating Distributed Deep RL", RLDM 2019).
 
-The buffer (`podracer.replay_sequence`, in `AgentState.local`) stores whole trajectory steps
+The buffer (`podracer.replay.sequence`, in `AgentState.local`) stores whole trajectory steps
 with the behaviour policy's `extras` (its log-probabilities), so V-trace corrects the replayed
 data as it corrects policy lag. Each update first adds its `[T, B]` rollout, then samples
 `M = B * fraction / (1 - fraction)` sequences of the same length `T` and learns from the
@@ -26,8 +26,8 @@ import jax.numpy as jnp
 
 from podracer import parallel
 from podracer.config import check
-from podracer.replay import same_observations
-from podracer.replay_sequence import SequenceReplay, make_sequence_replay, max_capacity
+from podracer.replay.buffer import same_observations
+from podracer.replay.sequence import SequenceReplay, make_sequence_replay, max_capacity
 from podracer.types import (
     Agent,
     AgentState,
@@ -60,7 +60,7 @@ def check_replay(fraction: float, capacity: int, batch: BatchShape, field: str =
           f"must hold one device's rollout of {batch.transitions} steps", capacity)
     check(capacity <= max_capacity(replayed), "agent.replay_capacity",
           f"must be <= {max_capacity(replayed)} to sample {replayed} sequences per update exactly "
-          "(podracer.replay_sequence.max_capacity)", capacity)
+          "(podracer.replay.sequence.max_capacity)", capacity)
     return replayed
 
 

@@ -1,4 +1,5 @@
-"""Flax networks: torsos (MLP; Atari CNNs live beside them), actor-critic and Q heads."""
+"""Torsos: flax modules from observations to features `[B, ...] -> [B, F]` (MLP, the MinAtar CNN,
+the Nature and IMPALA Atari CNNs)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,8 @@ from typing import Sequence
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-_ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu, "gelu": nn.gelu}
-
-
-def orthogonal(scale: float = np.sqrt(2.0)) -> nn.initializers.Initializer:
-    return nn.initializers.orthogonal(scale)
+from podracer.networks.layers import ACTIVATIONS, orthogonal
 
 
 class MLP(nn.Module):
@@ -32,7 +28,7 @@ class MLP(nn.Module):
             x = x.reshape(x.shape[: x.ndim - self.obs_ndim] + (-1,))
         for size in self.hidden_sizes:
             x = nn.Dense(size, kernel_init=orthogonal(), bias_init=nn.initializers.zeros)(x)
-            x = _ACTIVATIONS[self.activation](nn.LayerNorm()(x) if self.layer_norm else x)
+            x = ACTIVATIONS[self.activation](nn.LayerNorm()(x) if self.layer_norm else x)
         return x
 
 
@@ -68,56 +64,7 @@ class MinAtarCNN(nn.Module):
         return x
 
     def _activate(self, x: jax.Array) -> jax.Array:
-        return _ACTIVATIONS[self.activation](nn.LayerNorm()(x) if self.layer_norm else x)
-
-
-class ActorCritic(nn.Module):
-    """Policy logits and state value, `obs [B, ...] -> (logits [B, A], value [B])`.
-
-    With a `critic_torso` the actor and the critic have separate torsos (the CleanRL and
-    PureJaxRL choice for classic control); without one they share `torso` (the Atari choice).
-    """
-
-    num_actions: int
-    torso: nn.Module
-    critic_torso: nn.Module | None = None
-
-    @nn.compact
-    def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
-        hidden_pi = self.torso(obs)
-        hidden_v = hidden_pi if self.critic_torso is None else self.critic_torso(obs)
-        logits = nn.Dense(self.num_actions, kernel_init=orthogonal(0.01), name="policy")(hidden_pi)
-        value = nn.Dense(1, kernel_init=orthogonal(1.0), name="value")(hidden_v)
-        return logits, value.squeeze(-1)
-
-
-class GaussianActorCritic(nn.Module):
-    """A diagonal Gaussian policy and a state value for a box of actions:
-    `obs [B, ...] -> ((mean [B, *shape], log_std [B, *shape]), value [B])`.
-
-    The log standard deviation is a learned vector, the same in every state (Schulman et
-    al. 2017's MuJoCo setting, CleanRL's `ppo_continuous_action`), returned broadcast to the
-    batch. Why state-independent: the exploration noise then moves only with the average
-    policy gradient, so it cannot collapse in the few states a batch visits most (a
-    state-dependent scale needs bounds or a softplus floor for that), and a run starts
-    from the same noise everywhere (`log_std_init`). Torsos as in `ActorCritic`.
-    """
-
-    action_shape: tuple[int, ...]
-    torso: nn.Module
-    critic_torso: nn.Module | None = None
-    log_std_init: float = 0.0
-
-    @nn.compact
-    def __call__(self, obs: jax.Array) -> tuple[tuple[jax.Array, jax.Array], jax.Array]:
-        hidden_pi = self.torso(obs)
-        hidden_v = hidden_pi if self.critic_torso is None else self.critic_torso(obs)
-        size = int(np.prod(self.action_shape))
-        mean = nn.Dense(size, kernel_init=orthogonal(0.01), name="policy")(hidden_pi)
-        mean = mean.reshape(mean.shape[:-1] + tuple(self.action_shape))
-        log_std = self.param("log_std", nn.initializers.constant(self.log_std_init), tuple(self.action_shape))
-        value = nn.Dense(1, kernel_init=orthogonal(1.0), name="value")(hidden_v)
-        return (mean, jnp.broadcast_to(log_std, mean.shape)), value.squeeze(-1)
+        return ACTIVATIONS[self.activation](nn.LayerNorm()(x) if self.layer_norm else x)
 
 
 def _scale_frames(x: jax.Array) -> jax.Array:
@@ -171,14 +118,3 @@ class ImpalaCNN(nn.Module):
             x = _ResidualBlock(features)(x)
         x = nn.relu(x).reshape(x.shape[:-3] + (-1,))
         return nn.relu(nn.Dense(256, kernel_init=orthogonal(), bias_init=nn.initializers.zeros)(x))
-
-
-class QNetwork(nn.Module):
-    """Action values, `obs [B, ...] -> q [B, A]`: a torso and a linear head (Mnih et al. 2015)."""
-
-    num_actions: int
-    torso: nn.Module
-
-    @nn.compact
-    def __call__(self, obs: jax.Array) -> jax.Array:
-        return nn.Dense(self.num_actions, kernel_init=orthogonal(1.0), name="q")(self.torso(obs))
