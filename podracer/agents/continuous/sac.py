@@ -26,6 +26,7 @@ import optax
 from podracer import parallel
 from podracer.agents.continuous import networks
 from podracer.agents.continuous.config import SACConfig
+from podracer.agents.continuous.critics import make_critics, trainable
 from podracer.agents.continuous.replay_learning import (
     ContinuousLearnerState,
     ContinuousParams,
@@ -75,8 +76,9 @@ def make_sac(config: SACConfig, obs_spec: ObservationSpec, action_spec: BoxSpec,
     check_buffer_fits(config, obs_spec, action_spec)
     actor_net = networks.SquashedGaussianActor(dim, networks.make_torso(config), config.log_std_min,
                                                config.log_std_max)
-    critic_net = networks.TwinCritic(networks.make_torso(config))
-    actor_opt, critic_opt = optax.adam(config.actor_learning_rate), optax.adam(config.critic_learning_rate)
+    critics = make_critics(config, axis_name)
+    actor_opt = optax.adam(config.actor_learning_rate, b1=config.adam_b1)
+    critic_opt = optax.adam(config.critic_learning_rate, b1=config.adam_b1)
     temperature_opt = optax.adam(config.temperature_learning_rate)
     target_entropy = -float(dim) if config.target_entropy is None else config.target_entropy
     low, high = jnp.asarray(action_spec.low), jnp.asarray(action_spec.high)
@@ -89,19 +91,20 @@ def make_sac(config: SACConfig, obs_spec: ObservationSpec, action_spec: BoxSpec,
         unit, log_prob = continuous_q.squashed_gaussian_sample(key, mean, log_std)
         return unit, log_prob - log_scale
 
-    def critic_loss(critic: Params, actor: Params, learner: ContinuousLearnerState, items: Transition,
+    def critic_loss(params: Params, actor: Params, learner: ContinuousLearnerState, items: Transition,
                     temperature: Array, key: PRNGKey):
         next_unit, next_log_prob = policy(actor, items.next_obs, key)
-        q_t = critic_net.apply(learner.target_critic, items.next_obs, next_unit)
-        target = continuous_q.soft_q_target(items.reward, items.discount, q_t[0], q_t[1], next_log_prob,
-                                            temperature)
-        q_tm1 = critic_net.apply(critic, items.obs, continuous_q.from_box(items.action, low, high))
-        return continuous_q.twin_q_loss(q_tm1[0], q_tm1[1], target), jnp.mean(q_tm1)
+        return critics.loss(params, learner.critic, learner.target_critic, items,
+                            continuous_q.from_box(items.action, low, high), next_unit, -temperature * next_log_prob)
 
     def actor_loss(actor: Params, critic: Params, obs: Array, temperature: Array, key: PRNGKey):
         unit, log_prob = policy(actor, obs, key)
-        q = critic_net.apply(critic, obs, unit)
+        q = critics.q(critic, obs, unit)
         return continuous_q.sac_actor_loss(q[0], q[1], log_prob, temperature), log_prob
+
+    def target_update(critic: dict, target: Any) -> Any:
+        """The target critics Polyak-averaged towards `critic` (none for CrossQ)."""
+        return optax.incremental_update(critic, target, config.tau) if critics.has_target else target
 
     critic_grad = parallel.value_and_mean_grad(critic_loss, axis_name, has_aux=True)
     actor_grad = parallel.value_and_mean_grad(actor_loss, axis_name, has_aux=True)
@@ -111,9 +114,10 @@ def make_sac(config: SACConfig, obs_spec: ObservationSpec, action_spec: BoxSpec,
         critic_key, actor_key = jax.random.split(key)
         extra = learner.extra
         temperature = jnp.exp(extra.log_temperature)
-        (loss, q_mean), grads = critic_grad(learner.critic, actor, learner, items, temperature, critic_key)
-        updates, critic_opt_state = critic_opt.update(grads, learner.critic_optimizer, learner.critic)
-        critic = optax.apply_updates(learner.critic, updates)
+        (loss, (q_mean, critic)), grads = critic_grad(trainable(learner.critic), actor, learner, items, temperature,
+                                                      critic_key)
+        updates, critic_opt_state = critic_opt.update(grads, learner.critic_optimizer, trainable(critic))
+        critic = {**critic, **optax.apply_updates(trainable(critic), updates)}
 
         steps = learner.gradient_steps.add(1)
         due = learner.gradient_steps.mod(config.policy_delay) == 0
@@ -129,7 +133,7 @@ def make_sac(config: SACConfig, obs_spec: ObservationSpec, action_spec: BoxSpec,
                                                (actor, learner.actor_optimizer, extra))
         learner = learner._replace(
             critic=critic, critic_optimizer=critic_opt_state, actor_optimizer=actor_opt_state, extra=extra,
-            target_critic=optax.incremental_update(critic, learner.target_critic, config.tau), gradient_steps=steps)
+            target_critic=target_update(critic, learner.target_critic), gradient_steps=steps)
         metrics = {"loss": loss, "actor_loss": a_loss, "q_mean": q_mean, "temperature": temperature,
                    "temperature_loss": t_loss, "entropy": -jnp.mean(log_prob)}
         return actor, learner, metrics
@@ -138,11 +142,11 @@ def make_sac(config: SACConfig, obs_spec: ObservationSpec, action_spec: BoxSpec,
         actor_key, critic_key = jax.random.split(key)
         obs = jnp.asarray(zeros_like_spec(obs_spec, (1,)))
         actor = actor_net.init(actor_key, obs)
-        critic = critic_net.init(critic_key, obs, jnp.zeros((1, dim), jnp.float32))
+        critic = critics.init(critic_key, obs, jnp.zeros((1, dim), jnp.float32))
         # log(0) = -inf: alpha = 0 exactly (no entropy bonus), possible with autotune off
         log_temperature = jnp.log(jnp.float32(config.initial_temperature))
         learner = ContinuousLearnerState(
-            critic, critic, actor_opt.init(actor), critic_opt.init(critic),
+            critic, critic if critics.has_target else (), actor_opt.init(actor), critic_opt.init(trainable(critic)),
             SACTemperature(log_temperature, temperature_opt.init(log_temperature)),
             Count.zeros(), jnp.zeros((), jnp.float32), Count.zeros())
         return initial_state(actor, learner, replay, obs_spec, action_spec)

@@ -22,6 +22,7 @@ import optax
 from podracer import parallel
 from podracer.agents.continuous import networks
 from podracer.agents.continuous.config import TD3Config
+from podracer.agents.continuous.critics import make_critics, trainable
 from podracer.agents.continuous.replay_learning import (
     ContinuousLearnerState,
     ContinuousParams,
@@ -63,37 +64,44 @@ def make_td3(config: TD3Config, obs_spec: ObservationSpec, action_spec: BoxSpec,
     dim = networks.action_dim(tuple(action_spec.shape))
     check_buffer_fits(config, obs_spec, action_spec)
     actor_net = networks.DeterministicActor(dim, networks.make_torso(config))
-    critic_net = networks.TwinCritic(networks.make_torso(config))
-    actor_opt, critic_opt = optax.adam(config.actor_learning_rate), optax.adam(config.critic_learning_rate)
+    critics = make_critics(config, axis_name)
+    actor_opt = optax.adam(config.actor_learning_rate, b1=config.adam_b1)
+    critic_opt = optax.adam(config.critic_learning_rate, b1=config.adam_b1)
     low, high = jnp.asarray(action_spec.low), jnp.asarray(action_spec.high)
     replay = make_buffer(config)
 
-    def critic_loss(critic: Params, learner: ContinuousLearnerState, items: Transition, key: PRNGKey):
-        next_unit = continuous_q.smoothed_target_action(key, actor_net.apply(learner.extra, items.next_obs),
+    def critic_loss(params: Params, actor: Params, learner: ContinuousLearnerState, items: Transition,
+                    key: PRNGKey):
+        # the target actor's smoothed action; CrossQ keeps no target networks: the actor's
+        target_actor = learner.extra if critics.has_target else actor
+        next_unit = continuous_q.smoothed_target_action(key, actor_net.apply(target_actor, items.next_obs),
                                                         config.target_noise, config.target_noise_clip)
-        q_t = critic_net.apply(learner.target_critic, items.next_obs, next_unit)
-        target = continuous_q.clipped_double_q_target(items.reward, items.discount, q_t[0], q_t[1])
-        q_tm1 = critic_net.apply(critic, items.obs, continuous_q.from_box(items.action, low, high))
-        return continuous_q.twin_q_loss(q_tm1[0], q_tm1[1], target), jnp.mean(q_tm1)
+        return critics.loss(params, learner.critic, learner.target_critic, items,
+                            continuous_q.from_box(items.action, low, high), next_unit,
+                            jnp.zeros(items.reward.shape, jnp.float32))
 
     def actor_loss(actor: Params, critic: Params, obs: Array):
-        return continuous_q.td3_actor_loss(critic_net.apply(critic, obs, actor_net.apply(actor, obs))[0])
+        return continuous_q.td3_actor_loss(critics.q(critic, obs, actor_net.apply(actor, obs))[0])
+
+    def target_update(online: Params, target: Params) -> Params:
+        """Target networks Polyak-averaged towards `online` (none for CrossQ)."""
+        return optax.incremental_update(online, target, config.tau) if critics.has_target else target
 
     critic_grad = parallel.value_and_mean_grad(critic_loss, axis_name, has_aux=True)
     actor_grad = parallel.value_and_mean_grad(actor_loss, axis_name)
 
     def learn_on_batch(actor: Params, learner: ContinuousLearnerState, items: Transition, key: PRNGKey):
-        (loss, q_mean), grads = critic_grad(learner.critic, learner, items, key)
-        updates, critic_opt_state = critic_opt.update(grads, learner.critic_optimizer, learner.critic)
-        critic = optax.apply_updates(learner.critic, updates)
+        (loss, (q_mean, critic)), grads = critic_grad(trainable(learner.critic), actor, learner, items, key)
+        updates, critic_opt_state = critic_opt.update(grads, learner.critic_optimizer, trainable(critic))
+        critic = {**critic, **optax.apply_updates(trainable(critic), updates)}
         steps = learner.gradient_steps.add(1)
         # the actor and the targets move on every policy_delay-th step (alg. 1), counted from 1
         due = steps.mod(config.policy_delay) == 0
         a_loss, grads = actor_grad(actor, critic, items.obs)
         updates, actor_opt_state = actor_opt.update(grads, learner.actor_optimizer, actor)
         new_actor = optax.apply_updates(actor, updates)
-        new = (new_actor, actor_opt_state, optax.incremental_update(new_actor, learner.extra, config.tau),
-               optax.incremental_update(critic, learner.target_critic, config.tau))
+        new = (new_actor, actor_opt_state, target_update(new_actor, learner.extra),
+               target_update(critic, learner.target_critic))
         old = (actor, learner.actor_optimizer, learner.extra, learner.target_critic)
         actor, actor_opt_state, target_actor, target_critic = jax.tree.map(
             lambda n, o: jnp.where(due, n, o), new, old)
@@ -106,9 +114,10 @@ def make_td3(config: TD3Config, obs_spec: ObservationSpec, action_spec: BoxSpec,
         actor_key, critic_key = jax.random.split(key)
         obs = jnp.asarray(zeros_like_spec(obs_spec, (1,)))
         actor = actor_net.init(actor_key, obs)
-        critic = critic_net.init(critic_key, obs, jnp.zeros((1, dim), jnp.float32))
-        learner = ContinuousLearnerState(critic, critic, actor_opt.init(actor), critic_opt.init(critic), actor,
-                                         Count.zeros(), jnp.zeros((), jnp.float32), Count.zeros())
+        critic = critics.init(critic_key, obs, jnp.zeros((1, dim), jnp.float32))
+        targets = (critic, actor) if critics.has_target else ((), ())
+        learner = ContinuousLearnerState(critic, targets[0], actor_opt.init(actor), critic_opt.init(trainable(critic)),
+                                         targets[1], Count.zeros(), jnp.zeros((), jnp.float32), Count.zeros())
         return initial_state(actor, learner, replay, obs_spec, action_spec)
 
     def act(params: ContinuousParams, obs: Observation, key: PRNGKey) -> tuple[Array, dict[str, Array]]:
