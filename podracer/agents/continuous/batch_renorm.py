@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from podracer import parallel
-from podracer.agents.continuous.networks import dense
+from podracer.agents.continuous.networks import TORCH_INIT, dense
 
 
 class BatchRenorm(nn.Module):
@@ -30,7 +30,7 @@ class BatchRenorm(nn.Module):
     the first `warmup` training steps `r = 1, d = 0` (plain batch norm, as CrossQ's reference
     implementation). The running statistics move towards the batch's by `1 - momentum` per
     training call. Evaluation mode normalises with the running statistics. Then a learned
-    scale and bias. `r_max = 3, d_max = 5` are CrossQ's.
+    scale, and a learned bias with `use_bias`. `r_max = 3, d_max = 5` are CrossQ's.
     """
 
     train: bool
@@ -40,6 +40,7 @@ class BatchRenorm(nn.Module):
     r_max: float = 3.0
     d_max: float = 5.0
     epsilon: float = 1e-3
+    use_bias: bool = True
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -49,13 +50,13 @@ class BatchRenorm(nn.Module):
         # training calls so far, as float32 (exact up to 2^24) like the other statistics
         steps = self.variable("batch_stats", "steps", jnp.zeros, (), jnp.float32)
         scale = self.param("scale", nn.initializers.ones, features, jnp.float32)
-        bias = self.param("bias", nn.initializers.zeros, features, jnp.float32)
+        bias = self.param("bias", nn.initializers.zeros, features, jnp.float32) if self.use_bias else 0.0
         running_std = jnp.sqrt(var.value + self.epsilon)
         if not self.train or self.is_initializing():
             return (x - mean.value) / running_std * scale + bias
         batch_mean = parallel.pmean(jnp.mean(x, axis=0), self.axis_name)
-        batch_var = jnp.maximum(parallel.pmean(jnp.mean(jnp.square(x), axis=0), self.axis_name)
-                                - jnp.square(batch_mean), 0.0)
+        # two passes (mean, then the mean square deviation): E[x^2] - E[x]^2 loses digits
+        batch_var = parallel.pmean(jnp.mean(jnp.square(x - batch_mean), axis=0), self.axis_name)
         batch_std = jnp.sqrt(batch_var + self.epsilon)
         warm = steps.value >= self.warmup
         r = jnp.where(warm, jnp.clip(batch_std / running_std, 1.0 / self.r_max, self.r_max), 1.0)
@@ -70,7 +71,11 @@ class BatchRenorm(nn.Module):
 class BatchRenormCritic(nn.Module):
     """CrossQ's critic (Bhatt et al. 2024, fig. 2): Batch Renormalization of the input
     `(obs, action)`, then `Dense -> BatchRenorm -> ReLU` layers of `hidden_sizes`, then a
-    linear output: `(obs [N, D], unit action [N, A]) -> [N]`."""
+    linear output: `(obs [N, D], unit action [N, A]) -> [N]`.
+
+    A bias that the next Batch Renormalization subtracts again (the input normalisation's,
+    the hidden layers' `Dense`) is left out: its gradient is zero up to rounding, which Adam
+    would scale up to steps of the learning rate's size."""
 
     hidden_sizes: Sequence[int]
     train: bool
@@ -80,12 +85,12 @@ class BatchRenormCritic(nn.Module):
 
     @nn.compact
     def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
-        def renorm(x: jax.Array) -> jax.Array:
-            return BatchRenorm(self.train, self.axis_name, self.momentum, self.warmup)(x)
+        def renorm(x: jax.Array, use_bias: bool = True) -> jax.Array:
+            return BatchRenorm(self.train, self.axis_name, self.momentum, self.warmup, use_bias=use_bias)(x)
 
-        x = renorm(jnp.concatenate([obs.astype(jnp.float32), action], axis=-1))
+        x = renorm(jnp.concatenate([obs.astype(jnp.float32), action], axis=-1), use_bias=False)
         for size in self.hidden_sizes:
-            x = nn.relu(renorm(dense(size)(x)))
+            x = nn.relu(renorm(nn.Dense(size, use_bias=False, kernel_init=TORCH_INIT)(x)))
         return dense(1)(x)[..., 0]
 
 
