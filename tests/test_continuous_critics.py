@@ -53,8 +53,18 @@ def test_categorical_projection_matches_the_oracle():
     beyond `v_min` / `v_max`; terminal (discount 0) and `gamma^n` discounts."""
     atoms = np.linspace(-5.0, 5.0, 11)
     rng = np.random.default_rng(0)
-    cases = [(0.37, 0.99), (1.0, 1.0), (2.0, 0.5), (-4.0, 0.9 ** 3), (4.0, 0.9 ** 3), (20.0, 0.99),
-             (-20.0, 0.99), (0.25, 0.0), (-9.0, 0.0), (0.0, 0.999 ** 5)]
+    cases = [
+        (0.37, 0.99),
+        (1.0, 1.0),
+        (2.0, 0.5),
+        (-4.0, 0.9**3),
+        (4.0, 0.9**3),
+        (20.0, 0.99),
+        (-20.0, 0.99),
+        (0.25, 0.0),
+        (-9.0, 0.0),
+        (0.0, 0.999**5),
+    ]
     cases += [(float(rng.normal(0, 3)), float(rng.uniform(0, 1))) for _ in range(40)]
     probs = rng.dirichlet(np.ones(len(atoms)), size=len(cases)).astype(np.float32)
     r = np.array([c[0] for c in cases], np.float32)
@@ -72,9 +82,13 @@ def test_projection_adds_the_bonus_before_discounting():
     atoms = np.linspace(-5.0, 5.0, 11)
     probs = np.random.default_rng(1).dirichlet(np.ones(11), size=3).astype(np.float32)
     r, discount, bonus = np.array([0.5, -1.0, 2.0]), np.array([0.9, 0.5, 0.0]), np.array([0.7, -1.3, 4.0])
-    got = distributional.categorical_projection(jnp.asarray(atoms, jnp.float32), jnp.asarray(probs),
-                                                jnp.asarray(r, jnp.float32), jnp.asarray(discount, jnp.float32),
-                                                jnp.asarray(bonus, jnp.float32))
+    got = distributional.categorical_projection(
+        jnp.asarray(atoms, jnp.float32),
+        jnp.asarray(probs),
+        jnp.asarray(r, jnp.float32),
+        jnp.asarray(discount, jnp.float32),
+        jnp.asarray(bonus, jnp.float32),
+    )
     expected = [projection_oracle(atoms, p, ri + di * bi, di) for p, ri, di, bi in zip(probs, r, discount, bonus)]
     np.testing.assert_allclose(got, np.stack(expected), atol=2e-5)
 
@@ -94,8 +108,13 @@ def probe_batch(n: int = 64, seed: int = 0):
     keys = jax.random.split(jax.random.key(seed), 4)
     shape = (n,) + tuple(obs_spec.shape)
     dim = action_spec.shape[0]
-    items = Transition(jax.random.normal(keys[0], shape), jax.random.uniform(keys[1], (n, dim), minval=-1),
-                       jax.random.normal(keys[2], (n,)), jnp.full((n,), 0.9), jax.random.normal(keys[3], shape))
+    items = Transition(
+        jax.random.normal(keys[0], shape),
+        jax.random.uniform(keys[1], (n, dim), minval=-1),
+        jax.random.normal(keys[2], (n,)),
+        jnp.full((n,), 0.9),
+        jax.random.normal(keys[3], shape),
+    )
     return items, dim
 
 
@@ -107,8 +126,9 @@ def test_distributional_loss_decreases_on_a_fixed_batch(make):
     config = make(critic="distributional", num_atoms=21, v_min=-5.0, v_max=5.0, hidden_sizes=(32, 32))
     critics = critics_lib.make_critics(config, None)
     items, dim = probe_batch()
-    items = items._replace(discount=jnp.where(jnp.arange(64) % 2 == 0, 0.0, 0.9),
-                           reward=3.0 * jnp.tanh(items.obs.reshape(64, -1)[:, 0]))
+    items = items._replace(
+        discount=jnp.where(jnp.arange(64) % 2 == 0, 0.0, 0.9), reward=3.0 * jnp.tanh(items.obs.reshape(64, -1)[:, 0])
+    )
     variables = critics.init(jax.random.key(0), items.obs[:1], items.action[:1])
     next_unit, bonus = jnp.zeros_like(items.action), jnp.zeros_like(items.reward)
     opt = optax.adam(3e-3)
@@ -141,8 +161,9 @@ def test_crossq_normalises_current_and_next_batches_together():
     bonus = jnp.zeros_like(items.reward)
 
     def q_mean(next_obs, next_unit):
-        _, (q, after) = critics.loss(params, variables, (), items._replace(next_obs=next_obs), items.action,
-                                     next_unit, bonus)
+        _, (q, after) = critics.loss(
+            params, variables, (), items._replace(next_obs=next_obs), items.action, next_unit, bonus
+        )
         return q, after
 
     q0, after = q_mean(items.next_obs, jnp.zeros_like(items.action))
@@ -154,13 +175,22 @@ def test_crossq_normalises_current_and_next_batches_together():
     steps = [x for path, x in jax.tree_util.tree_leaves_with_path(new_stats) if "steps" in jax.tree_util.keystr(path)]
     assert steps and all(np.all(np.asarray(s) == 1.0) for s in steps)
     assert any(not np.allclose(a, b) for a, b in zip(jax.tree.leaves(stats), jax.tree.leaves(new_stats)))
-    np.testing.assert_allclose(critics.q(variables, items.obs[:8], items.action[:8]),
-                               critics.q(variables, items.obs, items.action)[:, :8], rtol=1e-6)
+    np.testing.assert_allclose(
+        critics.q(variables, items.obs[:8], items.action[:8]),
+        critics.q(variables, items.obs, items.action)[:, :8],
+        rtol=1e-6,
+    )
 
 
 def test_new_config_fields_are_validated():
-    for field, value in (("critic", "quantile"), ("num_atoms", 1), ("v_min", 10.0), ("renorm_momentum", 1.0),
-                         ("renorm_warmup", -1), ("adam_b1", 1.0)):
+    for field, value in (
+        ("critic", "quantile"),
+        ("num_atoms", 1),
+        ("v_min", 10.0),
+        ("renorm_momentum", 1.0),
+        ("renorm_warmup", -1),
+        ("adam_b1", 1.0),
+    ):
         with pytest.raises(ConfigError, match=f"agent.{field}"):
             TD3Config(**{field: value})
     with pytest.raises(ConfigError, match="agent.torso"):
@@ -197,12 +227,16 @@ def test_anakin_and_sebulba_give_the_same_update(name, critic):
 def test_crossq_stop_and_resume_is_exact_with_the_batch_statistics(make, tmp_path):
     """An Anakin run with CrossQ's critics stopped after 2 host calls and resumed ends with
     the state of the same run uninterrupted, its moved batch statistics included."""
-    run = Config(env=EnvConfig(PROBE), total_env_steps=8 * 4 * 12,
-                 agent=make(buffer_size=512, batch_size=16, learning_starts=64, hidden_sizes=(16,), critic="crossq"),
-                 arch=AnakinConfig(num_envs=4, rollout_length=8, updates_per_call=3, devices=(0, 1)))
+    run = Config(
+        env=EnvConfig(PROBE),
+        total_env_steps=8 * 4 * 12,
+        agent=make(buffer_size=512, batch_size=16, learning_starts=64, hidden_sizes=(16,), critic="crossq"),
+        arch=AnakinConfig(num_envs=4, rollout_length=8, updates_per_call=3, devices=(0, 1)),
+    )
     full = train_lib.train(dataclasses.replace(run, run_dir=str(tmp_path / "full")), console=False)
-    first = train_lib.train(dataclasses.replace(run, run_dir=str(tmp_path / "stopped")), console=False,
-                            should_stop=StopAfter(2))
+    first = train_lib.train(
+        dataclasses.replace(run, run_dir=str(tmp_path / "stopped")), console=False, should_stop=StopAfter(2)
+    )
     assert first.stopped
     last = train_lib.resume(str(tmp_path / "stopped"))
     stats = last.state.agent.opt_state.critic["batch_stats"]

@@ -29,8 +29,9 @@ def categorical_mean(atoms: Array, probs: Array) -> Array:
     return jnp.sum(probs * atoms, axis=-1)
 
 
-def categorical_projection(atoms: Array, probs_t: Array, r_t: Array, discount_t: Array,
-                           bonus_t: Array | None = None) -> Array:
+def categorical_projection(
+    atoms: Array, probs_t: Array, r_t: Array, discount_t: Array, bonus_t: Array | None = None
+) -> Array:
     """The projected distributional Bellman target (Bellemare et al. 2017, alg. 1).
 
     Each atom `z_j` carrying `p_j` moves to `Tz_j = clip(r + discount (z_j + bonus), v_min,
@@ -60,8 +61,9 @@ def categorical_projection(atoms: Array, probs_t: Array, r_t: Array, discount_t:
     return jax.lax.stop_gradient(jnp.einsum("bij,bj->bi", weight, probs_t))
 
 
-def categorical_double_q_target(atoms: Array, probs1_t: Array, probs2_t: Array, r_t: Array, discount_t: Array,
-                                bonus_t: Array | None = None) -> Array:
+def categorical_double_q_target(
+    atoms: Array, probs1_t: Array, probs2_t: Array, r_t: Array, discount_t: Array, bonus_t: Array | None = None
+) -> Array:
     """Clipped double Q for twin categorical critics (FastTD3): both twins' next-state
     distributions are projected (`categorical_projection`) and, per item, the one with the
     lower expected value is the target of both.
@@ -84,5 +86,6 @@ def categorical_twin_q_loss(logits1_tm1: Array, logits2_tm1: Array, target_probs
     (Bellemare et al. 2017, alg. 1): `mean(CE(target, Q1)) + mean(CE(target, Q2))`.
     `logits1_tm1, logits2_tm1, target_probs`: `[B, K]`; returns a scalar."""
     chex.assert_equal_shape([logits1_tm1, logits2_tm1, target_probs])
-    return (jnp.mean(categorical_cross_entropy(logits1_tm1, target_probs))
-            + jnp.mean(categorical_cross_entropy(logits2_tm1, target_probs)))
+    return jnp.mean(categorical_cross_entropy(logits1_tm1, target_probs)) + jnp.mean(
+        categorical_cross_entropy(logits2_tm1, target_probs)
+    )

@@ -106,6 +106,12 @@ class TwinBatchRenormCritic(nn.Module):
 
     @nn.compact
     def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
-        twins = nn.vmap(BatchRenormCritic, variable_axes={"params": 0, "batch_stats": 0},
-                        split_rngs={"params": True}, in_axes=None, out_axes=0, axis_size=2)
+        twins = nn.vmap(
+            BatchRenormCritic,
+            variable_axes={"params": 0, "batch_stats": 0},
+            split_rngs={"params": True},
+            in_axes=None,
+            out_axes=0,
+            axis_size=2,
+        )
         return twins(tuple(self.hidden_sizes), self.train, self.axis_name, self.momentum, self.warmup)(obs, action)

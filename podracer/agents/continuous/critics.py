@@ -76,8 +76,15 @@ def make_critics(config: ReplayActorCriticConfig, axis_name: parallel.AxisName) 
 def _twin(config: ReplayActorCriticConfig) -> Critics:
     net = networks.TwinCritic(networks.make_torso(config))
 
-    def loss(params: Params, variables: Variables, target: Variables, items: Transition, unit_tm1: Array,
-             next_unit: Array, bonus_t: Array):
+    def loss(
+        params: Params,
+        variables: Variables,
+        target: Variables,
+        items: Transition,
+        unit_tm1: Array,
+        next_unit: Array,
+        bonus_t: Array,
+    ):
         q_t = net.apply(target, items.next_obs, next_unit)
         # SAC's soft target at alpha = 1 and log-prob -bonus_t: r + discount (min(Q1', Q2') + bonus_t)
         y = continuous_q.soft_q_target(items.reward, items.discount, q_t[0], q_t[1], -bonus_t, jnp.float32(1.0))
@@ -89,18 +96,27 @@ def _twin(config: ReplayActorCriticConfig) -> Critics:
 
 def _crossq(config: ReplayActorCriticConfig, axis_name: parallel.AxisName) -> Critics:
     def build(train: bool) -> TwinBatchRenormCritic:
-        return TwinBatchRenormCritic(tuple(config.hidden_sizes), train, axis_name, config.renorm_momentum,
-                                     config.renorm_warmup)
+        return TwinBatchRenormCritic(
+            tuple(config.hidden_sizes), train, axis_name, config.renorm_momentum, config.renorm_warmup
+        )
 
     train_net, eval_net = build(True), build(False)
 
-    def loss(params: Params, variables: Variables, target: Any, items: Transition, unit_tm1: Array,
-             next_unit: Array, bonus_t: Array):
+    def loss(
+        params: Params,
+        variables: Variables,
+        target: Any,
+        items: Transition,
+        unit_tm1: Array,
+        next_unit: Array,
+        bonus_t: Array,
+    ):
         del target
         B = unit_tm1.shape[0]
         obs = jax.tree.map(lambda x, y: jnp.concatenate([x, y]), items.obs, items.next_obs)
-        q, updated = train_net.apply({**variables, **params}, obs, jnp.concatenate([unit_tm1, next_unit]),
-                                     mutable=["batch_stats"])
+        q, updated = train_net.apply(
+            {**variables, **params}, obs, jnp.concatenate([unit_tm1, next_unit]), mutable=["batch_stats"]
+        )
         q_tm1, q_t = q[:, :B], jax.lax.stop_gradient(q[:, B:])
         y = continuous_q.soft_q_target(items.reward, items.discount, q_t[0], q_t[1], -bonus_t, jnp.float32(1.0))
         return continuous_q.twin_q_loss(q_tm1[0], q_tm1[1], y), (jnp.mean(q_tm1), {**variables, **updated})
@@ -112,11 +128,19 @@ def _distributional(config: ReplayActorCriticConfig) -> Critics:
     net = networks.TwinCritic(networks.make_torso(config), config.num_atoms)
     atoms = distributional.categorical_support(config.v_min, config.v_max, config.num_atoms)
 
-    def loss(params: Params, variables: Variables, target: Variables, items: Transition, unit_tm1: Array,
-             next_unit: Array, bonus_t: Array):
+    def loss(
+        params: Params,
+        variables: Variables,
+        target: Variables,
+        items: Transition,
+        unit_tm1: Array,
+        next_unit: Array,
+        bonus_t: Array,
+    ):
         probs_t = jax.nn.softmax(net.apply(target, items.next_obs, next_unit))
-        y = distributional.categorical_double_q_target(atoms, probs_t[0], probs_t[1], items.reward,
-                                                       items.discount, bonus_t)
+        y = distributional.categorical_double_q_target(
+            atoms, probs_t[0], probs_t[1], items.reward, items.discount, bonus_t
+        )
         logits = net.apply(params, items.obs, unit_tm1)
         q_mean = jnp.mean(distributional.categorical_mean(atoms, jax.nn.softmax(logits)))
         return distributional.categorical_twin_q_loss(logits[0], logits[1], y), (q_mean, variables)

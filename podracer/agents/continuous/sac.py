@@ -6,11 +6,14 @@ change of variables, `podracer.ops.continuous_q`), twin critics whose minimum fo
 target, Polyak-averaged target critics, and a temperature learned against a target entropy
 (default `-|A|`), each with its own Adam. A gradient step updates the critics, then (every
 `policy_delay` steps) the actor against the updated critics and the temperature, then the
-target critics. Replay, n-step targets and the gradient-step count are
+target critics. `config.critic` picks the critics (`podracer.agents.continuous.critics`:
+twin, CrossQ's, FastTD3's distributional); the entropy term enters every kind's target.
+Replay, n-step targets and the gradient-step count are
 `podracer.agents.continuous.replay_learning`'s.
 
 State: `params = ContinuousParams(actor, env_steps)` (what actors receive); `opt_state` the
-critics, targets and optimisers (`ContinuousLearnerState`, `extra = SACTemperature`);
+critics (with CrossQ's batch statistics), targets (`()` for CrossQ) and optimisers
+(`ContinuousLearnerState`, `extra = SACTemperature`);
 `local` the device's buffer.
 """
 

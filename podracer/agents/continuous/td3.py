@@ -4,11 +4,13 @@ Methods", arXiv 1802.09477) as a podracer `Agent`, for `BoxSpec` actions.
 A deterministic tanh actor explores with Gaussian noise; twin critics regress on the clipped
 double-Q target at a smoothed target action (clipped noise on the target actor's action);
 the actor (on Q1) and both target networks (Polyak) are updated every `policy_delay`
-gradient steps. Replay, n-step targets and the gradient-step count are
-`podracer.agents.continuous.replay_learning`'s.
+gradient steps. `config.critic` picks the critics (`podracer.agents.continuous.critics`:
+twin, CrossQ's, FastTD3's distributional); CrossQ keeps no target networks, so its target
+action is the online actor's, smoothed. Replay, n-step targets and the gradient-step count
+are `podracer.agents.continuous.replay_learning`'s.
 
 State: `params = ContinuousParams(actor, env_steps)`; `opt_state` a `ContinuousLearnerState`
-whose `extra` is the target actor; `local` the device's buffer.
+whose `extra` is the target actor (`()` for CrossQ); `local` the device's buffer.
 """
 
 from __future__ import annotations
