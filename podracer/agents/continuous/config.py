@@ -15,6 +15,7 @@ from podracer.types import BatchShape
 
 TORSOS = ("mlp", "simba")
 SAMPLING = ("uniform", "stratified")
+CRITICS = ("twin", "crossq", "distributional")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +49,19 @@ class ReplayActorCriticConfig:
     torso: Literal["mlp", "simba"] = "mlp"
     hidden_sizes: tuple[int, ...] = (256, 256)  # MLP widths (torso mlp); hidden_sizes[0] is SimBa's width
     simba_blocks: int = 2  # residual blocks of the simba torso (Lee et al. 2024: 1 for the actor, 2 critic)
+    adam_b1: float = 0.9  # Adam's first-moment decay of the actor's and critics' optimisers (CrossQ: 0.5)
+    # the critics (`podracer.agents.continuous.critics`): "twin": two Q networks and their
+    # Polyak-averaged targets, clipped double Q; "crossq": CrossQ's (Bhatt et al. 2024, arXiv
+    # 1902.05605): Batch Renormalization layers in an mlp of hidden_sizes, no target networks,
+    # current and next batch in one forward pass; "distributional": FastTD3's (Seo et al. 2025,
+    # arXiv 2505.22642) twin C51 critics (Bellemare et al. 2017) over num_atoms atoms in
+    # [v_min, v_max], the twin with the lower expected value forming the target
+    critic: Literal["twin", "crossq", "distributional"] = "twin"
+    num_atoms: int = 101  # atoms of the distributional critic's support (FastTD3: 101)
+    v_min: float = -10.0  # the distributional critic's lowest atom (returns below are clipped to it)
+    v_max: float = 10.0  # its highest atom
+    renorm_momentum: float = 0.99  # CrossQ: decay of Batch Renormalization's running statistics
+    renorm_warmup: int = 100_000  # CrossQ: gradient steps of plain batch norm before renormalising
 
     def __post_init__(self) -> None:
         for name in ("actor_learning_rate", "critic_learning_rate", "buffer_size", "batch_size", "gradient_steps",
@@ -64,6 +78,15 @@ class ReplayActorCriticConfig:
         check(self.torso in TORSOS, "agent.torso", f"must be one of {TORSOS}", self.torso)
         check(len(self.hidden_sizes) > 0 and min(self.hidden_sizes) > 0, "agent.hidden_sizes",
               "must be positive sizes", self.hidden_sizes)
+        check(0 <= self.adam_b1 < 1, "agent.adam_b1", "must be in [0, 1)", self.adam_b1)
+        check(self.critic in CRITICS, "agent.critic", f"must be one of {CRITICS}", self.critic)
+        check(self.critic != "crossq" or self.torso == "mlp", "agent.torso",
+              "must be mlp with agent.critic crossq (its critic is an mlp with Batch Renormalization)", self.torso)
+        check(self.num_atoms >= 2, "agent.num_atoms", "must be >= 2", self.num_atoms)
+        check(math.isfinite(self.v_max), "agent.v_max", "must be finite", self.v_max)
+        check(self.v_min < self.v_max, "agent.v_min", f"must be < agent.v_max ({self.v_max})", self.v_min)
+        check(0 <= self.renorm_momentum < 1, "agent.renorm_momentum", "must be in [0, 1)", self.renorm_momentum)
+        check(self.renorm_warmup >= 0, "agent.renorm_warmup", "must be >= 0", self.renorm_warmup)
 
     def steps_per_update(self, per_device_batch: int) -> float:
         """Gradient steps one update of `per_device_batch` (T * B per device) transitions

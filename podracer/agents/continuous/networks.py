@@ -92,27 +92,33 @@ class DeterministicActor(nn.Module):
 
 
 class Critic(nn.Module):
-    """`Q(s, a)`: `(obs [N, D], unit action [N, A]) -> [N]` on their concatenation."""
+    """`Q(s, a)`: `(obs [N, D], unit action [N, A]) -> [N]` on their concatenation, or with
+    `num_atoms` the logits `[N, num_atoms]` of a categorical return distribution."""
 
     torso: nn.Module
+    num_atoms: int | None = None
 
     @nn.compact
     def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
         x = jnp.concatenate([obs.astype(jnp.float32), action], axis=-1)
+        if self.num_atoms is not None:
+            return dense(self.num_atoms)(self.torso(x))
         return dense(1)(self.torso(x))[..., 0]
 
 
 class TwinCritic(nn.Module):
     """Two critics with their own parameters, run as one batched computation (`nn.vmap` over
-    a leading parameter axis): `(obs [N, D], action [N, A]) -> [2, N]`."""
+    a leading parameter axis): `(obs [N, D], action [N, A]) -> [2, N]` (`[2, N, num_atoms]`
+    with `num_atoms`)."""
 
     torso: nn.Module
+    num_atoms: int | None = None
 
     @nn.compact
     def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
         twins = nn.vmap(Critic, variable_axes={"params": 0}, split_rngs={"params": True}, in_axes=None,
                         out_axes=0, axis_size=2)
-        return twins(self.torso)(obs, action)
+        return twins(self.torso, self.num_atoms)(obs, action)
 
 
 def action_dim(shape: tuple[int, ...]) -> int:

@@ -44,6 +44,8 @@ class ContinuousLearnerState(NamedTuple):
     """`AgentState.opt_state` of SAC and TD3: replicated learner-only state.
 
     `extra` is the algorithm's own: SAC's temperature and its optimiser, TD3's target actor.
+    `critic` is the critics' flax variables (CrossQ's with their `batch_stats`);
+    `target_critic` is `()` for critics without targets (`critics.Critics.has_target`).
     """
 
     critic: Params

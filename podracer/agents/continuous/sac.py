@@ -6,11 +6,14 @@ change of variables, `podracer.ops.continuous_q`), twin critics whose minimum fo
 target, Polyak-averaged target critics, and a temperature learned against a target entropy
 (default `-|A|`), each with its own Adam. A gradient step updates the critics, then (every
 `policy_delay` steps) the actor against the updated critics and the temperature, then the
-target critics. Replay, n-step targets and the gradient-step count are
+target critics. `config.critic` picks the critics (`podracer.agents.continuous.critics`:
+twin, CrossQ's, FastTD3's distributional); the entropy term enters every kind's target.
+Replay, n-step targets and the gradient-step count are
 `podracer.agents.continuous.replay_learning`'s.
 
 State: `params = ContinuousParams(actor, env_steps)` (what actors receive); `opt_state` the
-critics, targets and optimisers (`ContinuousLearnerState`, `extra = SACTemperature`);
+critics (with CrossQ's batch statistics), targets (`()` for CrossQ) and optimisers
+(`ContinuousLearnerState`, `extra = SACTemperature`);
 `local` the device's buffer.
 """
 
@@ -26,6 +29,7 @@ import optax
 from podracer import parallel
 from podracer.agents.continuous import networks
 from podracer.agents.continuous.config import SACConfig
+from podracer.agents.continuous.critics import Critics, Variables, make_critics, trainable
 from podracer.agents.continuous.replay_learning import (
     ContinuousLearnerState,
     ContinuousParams,
@@ -68,7 +72,7 @@ class SACModel(NamedTuple):
     """SAC's networks and action box, as its losses use them."""
 
     actor: Callable[[Params, Array], tuple[Array, Array]]  # obs [N, ...] -> (mean, log_std) [N, A]
-    critic: Callable[[Params, Array, Array], Array]  # (obs [N, ...], unit-box action [N, A]) -> Q [2, N]
+    critics: Critics  # the critics `config.critic` names (`podracer.agents.continuous.critics`)
     low: Array  # the box, [A]
     high: Array
     log_scale: Array  # `continuous_q.box_log_scale(low, high)`
@@ -83,17 +87,20 @@ def sample_policy(actor: Params, model: SACModel, obs: Array, key: PRNGKey) -> t
 
 
 def sac_critic_loss(
-    critic: Params, target_critic: Params, actor: Params, model: SACModel, items: Transition, temperature: Array,
-    key: PRNGKey,
-) -> tuple[Array, Array]:
+    params: Params, critic: Variables, target_critic: Any, actor: Params, model: SACModel, items: Transition,
+    temperature: Array, key: PRNGKey,
+) -> tuple[Array, tuple[Array, Variables]]:
     """SAC's critic loss, the soft Bellman residual (Haarnoja et al. 2018, "Soft Actor-Critic
     Algorithms and Applications"), with the clipped double Q of its section 6: both critics
     regress on the soft target `r + discount * (min(Q1', Q2')(s', a') - alpha log pi(a'|s'))`, `a'` a
-    fresh sample of the policy at the bootstrap observation.
+    fresh sample of the policy at the bootstrap observation. The critics' kind (twin, CrossQ,
+    distributional) decides how `Q'` and the regression are formed; the entropy term enters
+    each kind's target as `-alpha log pi(a'|s')`.
 
     Args:
-      critic: the twin critics' parameters, differentiated.
-      target_critic: the target critics' parameters (Polyak averages).
+      params: the critics' trainable variables (`trainable(critic)`), differentiated.
+      critic: the critics' variables (with CrossQ's batch statistics).
+      target_critic: the target critics' variables (Polyak averages; `()` for CrossQ).
       actor: the policy's parameters (the next action's sample; no gradient to them).
       model: the networks and the box.
       items: `[N]` n-step transitions; `action` in the box, `discount` 0 after a termination.
@@ -101,27 +108,28 @@ def sac_critic_loss(
       key: the next action's sample.
 
     Returns:
-      `(loss, q_mean)`: `mean((Q1 - y)^2) + mean((Q2 - y)^2)`, and the mean of both
-      critics' `Q(obs, action)`.
+      `(loss, (q_mean, critic'))`: for twin critics `mean((Q1 - y)^2) + mean((Q2 - y)^2)`; the
+      mean of both critics' `Q(obs, action)`; the critics' variables with the statistics the
+      pass computed.
     """
     next_unit, next_log_prob = sample_policy(actor, model, items.next_obs, key)
-    q_t = model.critic(target_critic, items.next_obs, next_unit)
-    target = continuous_q.soft_q_target(items.reward, items.discount, q_t[0], q_t[1], next_log_prob, temperature)
-    q_tm1 = model.critic(critic, items.obs, continuous_q.from_box(items.action, model.low, model.high))
-    return continuous_q.twin_q_loss(q_tm1[0], q_tm1[1], target), jnp.mean(q_tm1)
+    return model.critics.loss(params, critic, target_critic, items,
+                              continuous_q.from_box(items.action, model.low, model.high), next_unit,
+                              -temperature * next_log_prob)
 
 
 def sac_actor_loss(
-    actor: Params, critic: Params, model: SACModel, obs: Array, temperature: Array, key: PRNGKey
+    actor: Params, critic: Variables, model: SACModel, obs: Array, temperature: Array, key: PRNGKey
 ) -> tuple[Array, Array]:
     """SAC's policy loss (Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and
     Applications"): `mean(alpha log pi(a|s) - min(Q1, Q2)(s, a))`, `a` a reparameterised
-    sample. The temperature's own loss (eq. 18) is `podracer.ops.continuous_q.temperature_loss`,
-    on the log-probabilities returned here.
+    sample, the critics read as the actor sees them (`Critics.q`: expected values, CrossQ's in
+    evaluation mode). The temperature's own loss (eq. 18) is
+    `podracer.ops.continuous_q.temperature_loss`, on the log-probabilities returned here.
 
     Args:
       actor: the policy's parameters, differentiated.
-      critic: the critics' parameters (no gradient to them).
+      critic: the critics' variables (no gradient to them).
       model: the networks and the box.
       obs: `[N, ...]`.
       temperature: scalar alpha.
@@ -131,7 +139,7 @@ def sac_actor_loss(
       `(loss, log_prob [N])`: the scalar loss and the samples' log-densities in the box.
     """
     unit, log_prob = sample_policy(actor, model, obs, key)
-    q = model.critic(critic, obs, unit)
+    q = model.critics.q(critic, obs, unit)
     return continuous_q.sac_actor_loss(q[0], q[1], log_prob, temperature), log_prob
 
 
@@ -147,22 +155,27 @@ def make_sac(config: SACConfig, obs_spec: ObservationSpec, action_spec: BoxSpec,
     check_buffer_fits(config, obs_spec, action_spec)
     actor_net = networks.SquashedGaussianActor(dim, networks.make_torso(config), config.log_std_min,
                                                config.log_std_max)
-    critic_net = networks.TwinCritic(networks.make_torso(config))
-    actor_opt, critic_opt = optax.adam(config.actor_learning_rate), optax.adam(config.critic_learning_rate)
+    critics = make_critics(config, axis_name)
+    actor_opt = optax.adam(config.actor_learning_rate, b1=config.adam_b1)
+    critic_opt = optax.adam(config.critic_learning_rate, b1=config.adam_b1)
     temperature_opt = optax.adam(config.temperature_learning_rate)
     target_entropy = -float(dim) if config.target_entropy is None else config.target_entropy
     low, high = jnp.asarray(action_spec.low), jnp.asarray(action_spec.high)
     log_scale = continuous_q.box_log_scale(action_spec.low, action_spec.high)
     replay = make_buffer(config)
 
-    model = SACModel(actor_net.apply, critic_net.apply, low, high, log_scale)
+    model = SACModel(actor_net.apply, critics, low, high, log_scale)
 
-    def critic_loss(critic: Params, actor: Params, learner: ContinuousLearnerState, items: Transition,
-                    temperature: Array, key: PRNGKey) -> tuple[Array, Array]:
-        return sac_critic_loss(critic, learner.target_critic, actor, model, items, temperature, key)
+    def critic_loss(params: Params, actor: Params, learner: ContinuousLearnerState, items: Transition,
+                    temperature: Array, key: PRNGKey):
+        return sac_critic_loss(params, learner.critic, learner.target_critic, actor, model, items, temperature, key)
 
-    def actor_loss(actor: Params, critic: Params, obs: Array, temperature: Array, key: PRNGKey):
+    def actor_loss(actor: Params, critic: Variables, obs: Array, temperature: Array, key: PRNGKey):
         return sac_actor_loss(actor, critic, model, obs, temperature, key)
+
+    def target_update(critic: dict, target: Any) -> Any:
+        """The target critics Polyak-averaged towards `critic` (none for CrossQ)."""
+        return optax.incremental_update(critic, target, config.tau) if critics.has_target else target
 
     critic_grad = parallel.value_and_mean_grad(critic_loss, axis_name, has_aux=True)
     actor_grad = parallel.value_and_mean_grad(actor_loss, axis_name, has_aux=True)
@@ -172,9 +185,10 @@ def make_sac(config: SACConfig, obs_spec: ObservationSpec, action_spec: BoxSpec,
         critic_key, actor_key = jax.random.split(key)
         extra = learner.extra
         temperature = jnp.exp(extra.log_temperature)
-        (loss, q_mean), grads = critic_grad(learner.critic, actor, learner, items, temperature, critic_key)
-        updates, critic_opt_state = critic_opt.update(grads, learner.critic_optimizer, learner.critic)
-        critic = optax.apply_updates(learner.critic, updates)
+        (loss, (q_mean, critic)), grads = critic_grad(trainable(learner.critic), actor, learner, items, temperature,
+                                                      critic_key)
+        updates, critic_opt_state = critic_opt.update(grads, learner.critic_optimizer, trainable(critic))
+        critic = {**critic, **optax.apply_updates(trainable(critic), updates)}
 
         steps = learner.gradient_steps.add(1)
         due = learner.gradient_steps.mod(config.policy_delay) == 0
@@ -190,7 +204,7 @@ def make_sac(config: SACConfig, obs_spec: ObservationSpec, action_spec: BoxSpec,
                                                (actor, learner.actor_optimizer, extra))
         learner = learner._replace(
             critic=critic, critic_optimizer=critic_opt_state, actor_optimizer=actor_opt_state, extra=extra,
-            target_critic=optax.incremental_update(critic, learner.target_critic, config.tau), gradient_steps=steps)
+            target_critic=target_update(critic, learner.target_critic), gradient_steps=steps)
         metrics = {"loss": loss, "actor_loss": a_loss, "q_mean": q_mean, "temperature": temperature,
                    "temperature_loss": t_loss, "entropy": -jnp.mean(log_prob)}
         return actor, learner, metrics
@@ -199,11 +213,11 @@ def make_sac(config: SACConfig, obs_spec: ObservationSpec, action_spec: BoxSpec,
         actor_key, critic_key = jax.random.split(key)
         obs = jnp.asarray(zeros_like_spec(obs_spec, (1,)))
         actor = actor_net.init(actor_key, obs)
-        critic = critic_net.init(critic_key, obs, jnp.zeros((1, dim), jnp.float32))
+        critic = critics.init(critic_key, obs, jnp.zeros((1, dim), jnp.float32))
         # log(0) = -inf: alpha = 0 exactly (no entropy bonus), possible with autotune off
         log_temperature = jnp.log(jnp.float32(config.initial_temperature))
         learner = ContinuousLearnerState(
-            critic, critic, actor_opt.init(actor), critic_opt.init(critic),
+            critic, critic if critics.has_target else (), actor_opt.init(actor), critic_opt.init(trainable(critic)),
             SACTemperature(log_temperature, temperature_opt.init(log_temperature)),
             Count.zeros(), jnp.zeros((), jnp.float32), Count.zeros())
         return initial_state(actor, learner, replay, obs_spec, action_spec)

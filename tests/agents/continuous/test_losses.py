@@ -1,6 +1,7 @@
 """SAC's and TD3's losses (`sac.sac_critic_loss`, `sac.sac_actor_loss`, the temperature's loss,
 `td3.td3_critic_loss`, `td3.td3_actor_loss`) on tiny hand-made batches with stand-in linear
-networks, against oracles written in NumPy; the noise is drawn from the same keys."""
+networks (twin critics, `critics.twin_critics`), against oracles written in NumPy; the noise
+is drawn from the same keys."""
 
 import jax
 import jax.numpy as jnp
@@ -8,6 +9,7 @@ import numpy as np
 import pytest
 
 from podracer.agents.continuous import TD3Config
+from podracer.agents.continuous.critics import twin_critics
 from podracer.agents.continuous.sac import SACModel, sac_actor_loss, sac_critic_loss
 from podracer.agents.continuous.td3 import TD3Model, td3_actor_loss, td3_critic_loss
 from podracer.ops import continuous_q
@@ -67,7 +69,8 @@ def gaussian_actor(params, obs):
     return obs * params["m"], jnp.broadcast_to(params["s"], (obs.shape[0], A))
 
 
-SAC_MODEL = SACModel(gaussian_actor, critic, jnp.asarray(LOW), jnp.asarray(HIGH), continuous_q.box_log_scale(LOW, HIGH))
+TWIN = twin_critics(None, critic)
+SAC_MODEL = SACModel(gaussian_actor, TWIN, jnp.asarray(LOW), jnp.asarray(HIGH), continuous_q.box_log_scale(LOW, HIGH))
 
 
 def squashed_sample_np(obs, key):
@@ -82,7 +85,9 @@ def squashed_sample_np(obs, key):
 
 @pytest.mark.parametrize("temperature", [0.2, 0.0])
 def test_sac_critic_loss_matches_the_soft_target_by_hand(temperature):
-    loss, q_mean = jax.jit(lambda c, t, a, items, alpha, key: sac_critic_loss(c, t, a, SAC_MODEL, items, alpha, key))(
+    loss, (q_mean, _) = jax.jit(
+        lambda c, t, a, items, alpha, key: sac_critic_loss(c, c, t, a, SAC_MODEL, items, alpha, key)
+    )(
         jnp_tree(CRITIC), jnp_tree(TARGET_CRITIC), jnp_tree(ACTOR), ITEMS, jnp.float32(temperature), KEY
     )
     next_unit, next_log_prob = squashed_sample_np(NEXT_OBS, KEY)
@@ -95,7 +100,7 @@ def test_sac_critic_loss_matches_the_soft_target_by_hand(temperature):
 
 def test_sac_critic_loss_gives_the_target_and_the_actor_no_gradient():
     grads = jax.grad(
-        lambda t, a: sac_critic_loss(jnp_tree(CRITIC), t, a, SAC_MODEL, ITEMS, 0.2, KEY)[0], argnums=(0, 1)
+        lambda t, a: sac_critic_loss(jnp_tree(CRITIC), jnp_tree(CRITIC), t, a, SAC_MODEL, ITEMS, 0.2, KEY)[0], argnums=(0, 1)
     )(jnp_tree(TARGET_CRITIC), jnp_tree(ACTOR))
     for leaf in jax.tree.leaves(grads):
         np.testing.assert_array_equal(leaf, 0.0)
@@ -127,12 +132,14 @@ def tanh_actor(params, obs):
     return jnp.tanh(obs * params["k"])
 
 
-TD3_MODEL = TD3Model(tanh_actor, critic, jnp.asarray(LOW), jnp.asarray(HIGH))
+TD3_MODEL = TD3Model(tanh_actor, TWIN, jnp.asarray(LOW), jnp.asarray(HIGH))
 TD3 = TD3Config(target_noise=0.5, target_noise_clip=0.3)
 
 
 def test_td3_critic_loss_matches_the_clipped_double_q_target_by_hand():
-    loss, q_mean = jax.jit(lambda c, t, ta, items, key: td3_critic_loss(c, t, ta, TD3_MODEL, items, key, TD3))(
+    loss, (q_mean, _) = jax.jit(
+        lambda c, t, ta, items, key: td3_critic_loss(c, c, t, ta, TD3_MODEL, items, key, TD3)
+    )(
         jnp_tree(CRITIC), jnp_tree(TARGET_CRITIC), jnp_tree(TARGET_ACTOR), ITEMS, KEY
     )
     raw = TD3.target_noise * np.asarray(jax.random.normal(KEY, (N, A)))
