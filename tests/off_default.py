@@ -41,8 +41,13 @@ ENVS = {DiscreteSpec: "Catch", BoxSpec: "Pendulum-v1"}
 # Replay agents learn nothing in a short run at their probe sizes: where a config has these
 # fields, the base of the comparison takes these values (each kept only if the config
 # accepts it), so that replay, targets and gradient steps act within `UPDATES` updates.
-SHORT_RUN = {"learning_starts": 8, "batch_size": 8, "buffer_size": 64, "target_update_period": 2,
-             "epsilon_decay_steps": 64}
+SHORT_RUN = {
+    "learning_starts": 8,
+    "batch_size": 8,
+    "buffer_size": 64,
+    "target_update_period": 2,
+    "epsilon_decay_steps": 64,
+}
 
 
 def annotation_kind(annotation: Any) -> tuple[str, tuple[Any, ...]]:
@@ -74,8 +79,11 @@ def candidates(annotation: Any, value: Any) -> list[Any]:
     elif kind == "int":
         out = [1, 2, value // 2, value + 1, value * 2, 16, 0, 3]
     elif kind == "float":
-        out = [value * 0.5, value * 2.0, 0.5, 0.1, 1.0, value + 0.5, value - 0.5, 0.0, -1.0] if value else \
-              [0.5, 0.1, 1.0, -1.0]
+        out = (
+            [value * 0.5, value * 2.0, 0.5, 0.1, 1.0, value + 0.5, value - 0.5, 0.0, -1.0]
+            if value
+            else [0.5, 0.1, 1.0, -1.0]
+        )
     elif kind == "optional":
         inner = args[0]
         if value is None:
@@ -148,8 +156,9 @@ def traceable_fields(config: Any, env_id: str, fields: list[str]) -> list[str]:
 
     def traces(names: list[str]) -> bool:
         def one_iteration(hypers: dict[str, jax.Array], key: jax.Array) -> Any:
-            agent = make_agent(member_config(config, hypers), obs_spec, action_spec, num_updates=UPDATES,
-                               axis_name=None)
+            agent = make_agent(
+                member_config(config, hypers), obs_spec, action_spec, num_updates=UPDATES, axis_name=None
+            )
             state = agent.init(key)
             envs = reset_envs(env, None, key, NUM_ENVS, agent)
             _, traj, _ = rollout(env, None, agent, state.params, envs, key, ROLLOUT)
@@ -167,7 +176,7 @@ def traceable_fields(config: Any, env_id: str, fields: list[str]) -> list[str]:
             yield from names
         elif len(names) > 1:
             yield from split(names[: len(names) // 2])
-            yield from split(names[len(names) // 2:])
+            yield from split(names[len(names) // 2 :])
 
     return list(split(fields))
 
@@ -209,8 +218,11 @@ class Outcome:
     metrics: Any
 
     def finite(self) -> bool:
-        return all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves((self.state.agent.params, self.metrics))
-                   if np.issubdtype(np.asarray(x).dtype, np.floating))
+        return all(
+            np.isfinite(np.asarray(x)).all()
+            for x in jax.tree.leaves((self.state.agent.params, self.metrics))
+            if np.issubdtype(np.asarray(x).dtype, np.floating)
+        )
 
 
 def differs(a: Outcome, b: Outcome) -> bool:
@@ -219,13 +231,18 @@ def differs(a: Outcome, b: Outcome) -> bool:
     leaves_b, tree_b = jax.tree.flatten((_data(b.state._replace(hypers={})), b.metrics))
     if tree_a != tree_b:
         return True
-    return any(np.shape(x) != np.shape(y) or not np.array_equal(x, y, equal_nan=True)
-               for x, y in zip(leaves_a, leaves_b))
+    return any(
+        np.shape(x) != np.shape(y) or not np.array_equal(x, y, equal_nan=True) for x, y in zip(leaves_a, leaves_b)
+    )
 
 
 def _data(state: Any) -> Any:
-    return jax.tree.map(lambda x: np.asarray(jax.random.key_data(x)) if jax.dtypes.issubdtype(
-        x.dtype, jax.dtypes.prng_key) else np.asarray(x), state)
+    return jax.tree.map(
+        lambda x: (
+            np.asarray(jax.random.key_data(x)) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else np.asarray(x)
+        ),
+        state,
+    )
 
 
 def run(config: Config, members: list[dict[str, Any]] | None = None) -> list[Outcome]:
@@ -243,13 +260,21 @@ def run(config: Config, members: list[dict[str, Any]] | None = None) -> list[Out
         specs = s.env.observation_spec(s.env_params), s.env.action_spec(s.env_params)
 
         def member_agent(hypers: dict[str, jax.Array], axis_name: Any = anakin_runner.AXIS) -> Any:
-            return make_agent(member_config(config.agent, hypers), *specs, num_updates=s.sizes.num_updates,
-                              axis_name=axis_name)
+            return make_agent(
+                member_config(config.agent, hypers), *specs, num_updates=s.sizes.num_updates, axis_name=axis_name
+            )
 
         s = s._replace(population=population, member_agent=member_agent)
     state = anakin_runner.initial_state(config, s)
-    call = make_train_call(s.env, s.env_params, s.agent, s.mesh, config.arch.rollout_length,
-                           check_typing=False, member_agent=s.member_agent)
+    call = make_train_call(
+        s.env,
+        s.env_params,
+        s.agent,
+        s.mesh,
+        config.arch.rollout_length,
+        check_typing=False,
+        member_agent=s.member_agent,
+    )
     state, metrics = jax.device_get(call(state, jnp.int32(config.arch.updates_per_call)))
     count = len(members) + 1 if members else 1
     return [Outcome(jax.tree.map(lambda x: x[m], state), jax.tree.map(lambda x: x[m], metrics)) for m in range(count)]
@@ -280,8 +305,14 @@ def static_changes(config: Any, fields: list[str]) -> Iterator[tuple[str, dict[s
             for other in others:
                 if other == field:
                     continue
-                companion = next((v for v in off_default_values(config, other)
-                                  if valid_replacement(config, **{field: value, other: v}) is not None), None)
+                companion = next(
+                    (
+                        v
+                        for v in off_default_values(config, other)
+                        if valid_replacement(config, **{field: value, other: v}) is not None
+                    ),
+                    None,
+                )
                 if companion is not None:
                     yield field, {other: companion, field: value}
                     break
@@ -328,14 +359,15 @@ def coverage(algorithm: Algorithm, fields: list[str] | None = None) -> tuple[dic
             return
         outcomes = run(run_config(context.base, context.env_id), changes)
         for change, outcome in zip(changes, outcomes[1:]):
-            (field, value), = change.items()
+            ((field, value),) = change.items()
             if not outcome.finite():
                 invalid.append(f"{field}={value!r} ({context.label})")
             elif field not in covered and differs(outcomes[0], outcome):
                 covered[field] = f"{field}={value!r} ({context.label})"
 
-    def changed(context: Context, field: str, changes: dict[str, Any], reference: Outcome,
-                keep: bool = True) -> Context | None:
+    def changed(
+        context: Context, field: str, changes: dict[str, Any], reference: Outcome, keep: bool = True
+    ) -> Context | None:
         label = _label(field, changes) + (f" ({context.label})" if context.base != probe else "")
         variant = Context(context.env_id, dataclasses.replace(context.base, **changes), label)
         outcome = single(variant)
@@ -363,13 +395,15 @@ def coverage(algorithm: Algorithm, fields: list[str] | None = None) -> tuple[dic
     at_base = fields_read(probe, env_ids[0])
     order = {id(context): fields_read(context.base, context.env_id) - at_base for context, _ in references}
     for field in [f for f in wanted if f not in covered]:
-        ranked = sorted(references[:], key=lambda item: (field not in order.get(id(item[0]), ()),
-                                                         -_nearness(field, item[0].label)))
+        ranked = sorted(
+            references[:], key=lambda item: (field not in order.get(id(item[0]), ()), -_nearness(field, item[0].label))
+        )
         for context, reference in ranked:
             if field in covered:
                 break
             if field in numeric_fields(context.base) and field in traceable_fields(
-                    context.base, context.env_id, [field]):
+                context.base, context.env_id, [field]
+            ):
                 members(context, [field])
                 continue
             tries = 0

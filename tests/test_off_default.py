@@ -43,7 +43,7 @@ from tests.off_default import (
 EXEMPT = {
     "EnvConfig.id": "which environment runs: every test that names one covers it",
     "EnvConfig.backend": "chooses Sebulba's host environments (an Anakin run refuses a host backend): "
-                         "tests/test_host_envs.py",
+    "tests/test_host_envs.py",
     "EnvConfig.episodic_life": "EnvPool's Atari games only: tests/test_host_envs.py",
     "EnvConfig.reward_clip": "EnvPool's Atari games only: tests/test_host_envs.py",
     "EnvConfig.repeat_action_probability": "EnvPool's Atari games only: tests/test_host_envs.py",
@@ -51,7 +51,7 @@ EXEMPT = {
     "EnvConfig.frame_skip": "EnvPool's Atari games only: tests/test_host_envs.py",
     "EnvConfig.frame_stack": "EnvPool's Atari games only: tests/test_host_envs.py",
     "EnvConfig.params": "names an environment's own parameters, no value fits every environment: "
-                        "tests/test_properties.py::test_env_params_of_every_jax_environment",
+    "tests/test_properties.py::test_env_params_of_every_jax_environment",
 }
 
 ALGORITHMS = list(algorithms())
@@ -79,8 +79,9 @@ def test_traced_hyperparameters_off_default_change_the_run(name):
     assert outcomes[0].finite()
     bad = [change for change, outcome in zip(changes, outcomes[1:]) if not outcome.finite()]
     assert not bad, f"{name}: non-finite runs with {bad}"
-    moved = {field for change, outcome in zip(changes, outcomes[1:]) if differs(outcomes[0], outcome)
-             for field in change}
+    moved = {
+        field for change, outcome in zip(changes, outcomes[1:]) if differs(outcomes[0], outcome) for field in change
+    }
     assert moved, f"{name}: no traced hyperparameter changes the run"
     for field in ("learning_rate", "gamma"):  # every algorithm's step size and discount, when it has them
         if field in traced:
