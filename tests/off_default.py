@@ -44,7 +44,7 @@ ENVS = {DiscreteSpec: "Catch", BoxSpec: "Pendulum-v1"}
 SHORT_RUN = {
     "learning_starts": 8,
     "batch_size": 8,
-    "buffer_size": 64,
+    "buffer_size": 256,
     "target_update_period": 2,
     "epsilon_decay_steps": 64,
 }

@@ -151,8 +151,8 @@ def _rollout(env, agent, length: int, num_envs: int, seed: int):
     @jax.jit
     def run(key):
         state = agent.init(key)
-        envs = reset_envs(env, None, key, num_envs, agent)
-        return rollout(env, None, agent, state.params, envs, jax.random.fold_in(key, 1), length)[1]
+        envs = reset_envs(env, env.default_params, key, num_envs, agent)
+        return rollout(env, env.default_params, agent, state.params, envs, jax.random.fold_in(key, 1), length)[1]
 
     return jax.device_get(run(jax.random.key(seed)))
 
