@@ -118,7 +118,7 @@ def test_drawn_runs_count_exactly_and_stay_finite(config):
 @pytest.mark.timeout(300)
 @SETTINGS
 @given(
-    env_id=st.sampled_from(["Catch", "CartPole-v1", "Pendulum-v1", "MemoryChain-bsuite"]),
+    env_id=st.sampled_from(["Catch", "CartPole-v1", "Pendulum-v1", "Acrobot-v1"]),
     num_envs=st.sampled_from([1, 3]),
     length=st.sampled_from([5, 40]),
     seed=st.integers(0, 2**31 - 1),
