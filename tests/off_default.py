@@ -1,0 +1,423 @@
+"""The machinery of `tests/test_off_default.py`: off-default values derived from a config
+class's type annotations, and a short Anakin run that trains a default agent next to agents
+with one field changed each.
+
+Nothing here names a field: values come from each field's annotation and current value,
+validity from the config's own `__post_init__` (a `ConfigError` rejects a candidate), and
+whether a field can be a traced value of one shared program from tracing it
+(`traceable_fields`). Fields that can are run as population members of one compiled
+program (`podracer.population`: member 0 the base config, member `i` one field off); every
+other off-default value runs as a program of its own.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import types
+import typing
+from typing import Any, Iterator, Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from anakin import AnakinConfig
+from anakin import runner as anakin_runner
+from anakin.program import make_train_call
+from anakin.rollout import reset_envs, rollout
+from podracer.agents import Algorithm, algorithm_for, make_agent
+from podracer.config import Config, ConfigError, EnvConfig
+from podracer.envs import make_jax_env
+from podracer.population import TRACE_ERRORS, Population, member_config
+from podracer.types import BoxSpec, DiscreteSpec
+
+# One short run: 4 environments on one device, `UPDATES` updates of `ROLLOUT` steps each.
+NUM_ENVS, ROLLOUT, UPDATES = 4, 8, 3
+# The environments a run steps, by action space: several steps per episode, so that
+# discounting and bootstrapping matter (a one-step probe would hide them).
+ENVS = {DiscreteSpec: "Catch", BoxSpec: "Pendulum-v1"}
+# Replay agents learn nothing in a short run at their probe sizes: where a config has these
+# fields, the base of the comparison takes these values (each kept only if the config
+# accepts it), so that replay, targets and gradient steps act within `UPDATES` updates.
+SHORT_RUN = {
+    "learning_starts": 8,
+    "batch_size": 8,
+    "buffer_size": 256,
+    "target_update_period": 2,
+    "epsilon_decay_steps": 64,
+}
+
+
+def annotation_kind(annotation: Any) -> tuple[str, tuple[Any, ...]]:
+    """`(kind, args)` of a field's annotation: "bool", "int", "float", "str", "literal"
+    (args: the choices), "optional" (args: the other type), "tuple" (args: the item type)."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        options = tuple(a for a in args if a is not type(None))
+        return ("optional", options) if len(options) < len(args) else ("other", args)
+    if origin is Literal:
+        return "literal", args
+    if origin is tuple:
+        return "tuple", args[:1]
+    for kind in (bool, int, float, str):
+        if annotation is kind:
+            return kind.__name__, ()
+    return "other", ()
+
+
+def candidates(annotation: Any, value: Any) -> list[Any]:
+    """Values other than `value` that a field of this annotation could take, most likely to
+    show within a short run first (small counts and periods, halved and doubled scales).
+    Validity is not judged here: the config's own checks are (`off_default_values`)."""
+    kind, args = annotation_kind(annotation)
+    if kind == "bool":
+        out: list[Any] = [not value]
+    elif kind == "literal":
+        out = [choice for choice in args if choice != value]
+    elif kind == "int":
+        out = [1, 2, value // 2, value + 1, value * 2, 16, 0, 3]
+    elif kind == "float":
+        out = (
+            [value * 0.5, value * 2.0, 0.5, 0.1, 1.0, value + 0.5, value - 0.5, 0.0, -1.0]
+            if value
+            else [0.5, 0.1, 1.0, -1.0]
+        )
+    elif kind == "optional":
+        inner = args[0]
+        if value is None:
+            out = {float: [0.5, 1.0, 2.0, 0.1, -1.0], int: [1, 2, 8]}.get(inner, [])
+        else:
+            out = [None, *candidates(inner, value)]
+    elif kind == "tuple":
+        item = args[0] if args else int
+        if item is int and value:
+            out = [tuple(max(1, v // 2) for v in value), value[:1], value + value[-1:], (0, 2), (1,)]
+        elif item is int:
+            out = [(0,), (1,), (0, 2), (4,)]
+        else:
+            out = []
+    else:
+        out = []
+    unique = []
+    for candidate in out:
+        if candidate != value and candidate not in unique and (kind != "int" or candidate >= 0):
+            unique.append(candidate)
+    return unique
+
+
+def valid_replacement(config: Any, **changes: Any) -> Any | None:
+    """`config` with `changes`, or None where its checks refuse them."""
+    try:
+        return dataclasses.replace(config, **changes)
+    except (ConfigError, TypeError, ValueError):
+        return None
+
+
+def off_default_values(config: Any, field: str) -> list[Any]:
+    """Every candidate value of `field` (`candidates`) that `config` accepts."""
+    annotation = typing.get_type_hints(type(config))[field]
+    return [v for v in candidates(annotation, getattr(config, field)) if valid_replacement(config, **{field: v})]
+
+
+def short_run_base(config: Any) -> Any:
+    """`config` with the `SHORT_RUN` sizes it has and accepts, one at a time."""
+    for name, value in SHORT_RUN.items():
+        if any(f.name == name for f in dataclasses.fields(config)):
+            config = valid_replacement(config, **{name: value}) or config
+    return config
+
+
+def env_for(algorithm: Algorithm) -> str:
+    """The environment of an algorithm's runs: discrete actions where it takes them."""
+    return next(ENVS[space] for space in (DiscreteSpec, BoxSpec) if space in algorithm.action_spaces)
+
+
+def run_config(agent_config: Any, env_id: str, **arch: Any) -> Config:
+    arch = {"num_envs": NUM_ENVS, "rollout_length": ROLLOUT, "devices": (0,), "updates_per_call": UPDATES, **arch}
+    steps = arch["num_envs"] * arch["rollout_length"] * arch["updates_per_call"]
+    return Config(env=EnvConfig(env_id), agent=agent_config, arch=AnakinConfig(**arch), total_env_steps=steps)
+
+
+def numeric_fields(config: Any) -> list[str]:
+    """Fields annotated plain `int` or `float` (what a population can sweep)."""
+    hints = typing.get_type_hints(type(config))
+    return [f.name for f in dataclasses.fields(config) if hints[f.name] in (int, float)]
+
+
+def traceable_fields(config: Any, env_id: str, fields: list[str]) -> list[str]:
+    """Those of `fields` that `config`'s agent reads as traced values (no shape, no Python
+    branch): an init, rollout and update traced (nothing compiled) with them traced, the
+    culprits found by halving the set (`podracer.population.trace_check`'s test)."""
+    env = make_jax_env(env_id)
+    obs_spec, action_spec = env.observation_spec(None), env.action_spec(None)
+    hints = typing.get_type_hints(type(config))
+
+    def traces(names: list[str]) -> bool:
+        def one_iteration(hypers: dict[str, jax.Array], key: jax.Array) -> Any:
+            agent = make_agent(
+                member_config(config, hypers), obs_spec, action_spec, num_updates=UPDATES, axis_name=None
+            )
+            state = agent.init(key)
+            envs = reset_envs(env, None, key, NUM_ENVS, agent)
+            _, traj, _ = rollout(env, None, agent, state.params, envs, key, ROLLOUT)
+            return agent.update(state, traj, key)
+
+        hypers = {n: jax.ShapeDtypeStruct((), jnp.int32 if hints[n] is int else jnp.float32) for n in names}
+        try:
+            jax.eval_shape(one_iteration, hypers, jax.random.key(0))
+        except TRACE_ERRORS:
+            return False
+        return True
+
+    def split(names: list[str]) -> Iterator[str]:
+        if not names or traces(names):
+            yield from names
+        elif len(names) > 1:
+            yield from split(names[: len(names) // 2])
+            yield from split(names[len(names) // 2 :])
+
+    return list(split(fields))
+
+
+def fields_read(config: Any, env_id: str) -> set[str]:
+    """The fields of `config` that building its agent and tracing an init, a rollout and
+    an update read (nothing compiled): a field outside is ignored in this setting."""
+    env = make_jax_env(env_id)
+    obs_spec, action_spec = env.observation_spec(None), env.action_spec(None)
+    seen: set[str] = set()
+    names = {f.name for f in dataclasses.fields(config)}
+
+    class Recording(type(config)):  # type: ignore[misc]
+        def __getattribute__(self, name: str) -> Any:
+            if name in names:
+                seen.add(name)
+            return super().__getattribute__(name)
+
+    recording = copy.copy(config)
+    object.__setattr__(recording, "__class__", Recording)
+    algorithm = algorithm_for(config)
+
+    def one_iteration(key: jax.Array) -> Any:
+        agent = algorithm.make(recording, obs_spec, action_spec, num_updates=UPDATES, axis_name=None)
+        state = agent.init(key)
+        envs = reset_envs(env, None, key, NUM_ENVS, agent)
+        _, traj, _ = rollout(env, None, agent, state.params, envs, key, ROLLOUT)
+        return agent.update(state, traj, key)
+
+    jax.eval_shape(one_iteration, jax.random.key(0))
+    return seen
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """What a short run left: its final runner state and metrics (host copies)."""
+
+    state: Any
+    metrics: Any
+
+    def finite(self) -> bool:
+        return all(
+            np.isfinite(np.asarray(x)).all()
+            for x in jax.tree.leaves((self.state.agent.params, self.metrics))
+            if np.issubdtype(np.asarray(x).dtype, np.floating)
+        )
+
+
+def differs(a: Outcome, b: Outcome) -> bool:
+    """Whether two runs left different states or metrics (any structure, shape or value)."""
+    leaves_a, tree_a = jax.tree.flatten((_data(a.state._replace(hypers={})), a.metrics))
+    leaves_b, tree_b = jax.tree.flatten((_data(b.state._replace(hypers={})), b.metrics))
+    if tree_a != tree_b:
+        return True
+    return any(
+        np.shape(x) != np.shape(y) or not np.array_equal(x, y, equal_nan=True) for x, y in zip(leaves_a, leaves_b)
+    )
+
+
+def _data(state: Any) -> Any:
+    return jax.tree.map(
+        lambda x: (
+            np.asarray(jax.random.key_data(x)) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else np.asarray(x)
+        ),
+        state,
+    )
+
+
+def run(config: Config, members: list[dict[str, Any]] | None = None) -> list[Outcome]:
+    """The short Anakin run of `config` (seed 0): one outcome, or with `members` (each a
+    field -> number change of the agent's traced fields) one per member, all in one
+    compiled program, member 0 the config itself."""
+    s = anakin_runner.setup(config)
+    if members:
+        fields = tuple(sorted({name for member in members for name in member}))
+        rows = [{}, *members]
+        settings = tuple(tuple(row.get(n, getattr(config.agent, n)) for n in fields) for row in rows)
+        hints = typing.get_type_hints(type(config.agent))
+        population = Population(fields, settings, 1, tuple("int32" if hints[n] is int else "float32" for n in fields))
+
+        specs = s.env.observation_spec(s.env_params), s.env.action_spec(s.env_params)
+
+        def member_agent(hypers: dict[str, jax.Array], axis_name: Any = anakin_runner.AXIS) -> Any:
+            return make_agent(
+                member_config(config.agent, hypers), *specs, num_updates=s.sizes.num_updates, axis_name=axis_name
+            )
+
+        s = s._replace(population=population, member_agent=member_agent)
+    state = anakin_runner.initial_state(config, s)
+    call = make_train_call(
+        s.env,
+        s.env_params,
+        s.agent,
+        s.mesh,
+        config.arch.rollout_length,
+        check_typing=False,
+        member_agent=s.member_agent,
+    )
+    state, metrics = jax.device_get(call(state, jnp.int32(config.arch.updates_per_call)))
+    count = len(members) + 1 if members else 1
+    return [Outcome(jax.tree.map(lambda x: x[m], state), jax.tree.map(lambda x: x[m], metrics)) for m in range(count)]
+
+
+@dataclasses.dataclass(frozen=True)
+class Context:
+    """A setting in which fields are compared: an environment and a base agent config
+    (the algorithm's short-run probe config, or it with one field off its value)."""
+
+    env_id: str
+    base: Any
+    label: str
+
+
+def static_changes(config: Any, fields: list[str]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """`(field, changes)` for each off-default value of each of `fields`: the value alone
+    where `config` accepts it, else with the first other field's off-default value that
+    makes it acceptable (e.g. a setting that needs another mode on)."""
+    others = [f.name for f in dataclasses.fields(config)]
+    hints = typing.get_type_hints(type(config))
+    for field in fields:
+        annotation = hints[field]
+        for value in candidates(annotation, getattr(config, field)):
+            if valid_replacement(config, **{field: value}) is not None:
+                yield field, {field: value}
+                continue
+            for other in others:
+                if other == field:
+                    continue
+                companion = next(
+                    (
+                        v
+                        for v in off_default_values(config, other)
+                        if valid_replacement(config, **{field: value, other: v}) is not None
+                    ),
+                    None,
+                )
+                if companion is not None:
+                    yield field, {other: companion, field: value}
+                    break
+
+
+def coverage(algorithm: Algorithm, fields: list[str] | None = None) -> tuple[dict[str, str], list[str]]:
+    """Which of `fields` (default: all) of `algorithm`'s config change a short run:
+    `(covered, invalid)`; covered: field -> the value and context that showed it; invalid:
+    the off-default runs that ended non-finite.
+
+    A field is covered when some off-default value of it changes the run's final state or
+    metrics, in the base context (the short-run probe config on each action space's
+    environment) or in a context with one other field off its value (where it is meant to
+    matter: a V-trace lambda with V-trace advantages). Fields traceable in a context run as
+    members of one program (compared with its member 0, bit for bit: the same program);
+    the others as programs of their own, compared with the context's own single run (the
+    same program but for the field), which are then the contexts of the rest.
+    """
+    probe = short_run_base(algorithm.default_probe_config())
+    env_ids = [ENVS[space] for space in (DiscreteSpec, BoxSpec) if space in algorithm.action_spaces]
+    wanted = fields if fields is not None else [f.name for f in dataclasses.fields(probe)]
+    covered: dict[str, str] = {}
+    invalid: list[str] = []
+    references: list[tuple[Context, Outcome]] = []
+
+    def single(context: Context) -> Outcome | None:
+        try:
+            outcome = run(run_config(context.base, context.env_id))[0]
+        except ConfigError:
+            return None  # a context the runner refuses (a torso for other observations)
+        if not outcome.finite():
+            invalid.append(context.label)
+        return outcome
+
+    def members(context: Context, only: list[str] | None = None) -> None:
+        pending = [f for f in numeric_fields(context.base) if f in (only or wanted) and f not in covered]
+        changes = []
+        try:
+            for field in traceable_fields(context.base, context.env_id, pending):
+                changes += [{field: value} for value in off_default_values(context.base, field)]
+        except ConfigError:
+            return
+        if not changes:
+            return
+        outcomes = run(run_config(context.base, context.env_id), changes)
+        for change, outcome in zip(changes, outcomes[1:]):
+            ((field, value),) = change.items()
+            if not outcome.finite():
+                invalid.append(f"{field}={value!r} ({context.label})")
+            elif field not in covered and differs(outcomes[0], outcome):
+                covered[field] = f"{field}={value!r} ({context.label})"
+
+    def changed(
+        context: Context, field: str, changes: dict[str, Any], reference: Outcome, keep: bool = True
+    ) -> Context | None:
+        label = _label(field, changes) + (f" ({context.label})" if context.base != probe else "")
+        variant = Context(context.env_id, dataclasses.replace(context.base, **changes), label)
+        outcome = single(variant)
+        if outcome is None:
+            return None
+        if field not in covered and differs(reference, outcome):
+            covered[field] = label
+        if keep:
+            references.append((variant, outcome))
+        return variant
+
+    for env_id in env_ids:
+        context = Context(env_id, probe, env_id)
+        reference = single(context)
+        references.append((context, reference))
+        members(context)
+    base, reference = references[0]
+    traced = traceable_fields(probe, env_ids[0], numeric_fields(probe))
+    for field, changes in static_changes(probe, [f for f in wanted if f not in traced]):
+        if field not in covered:
+            changed(base, field, changes, reference)
+    # What is left is meant to matter only in another setting: tried in the contexts that
+    # read it where the base does not, then the others, those whose change is nearest to
+    # its name first; members of a program where it can be traced, else programs of their own.
+    at_base = fields_read(probe, env_ids[0])
+    order = {id(context): fields_read(context.base, context.env_id) - at_base for context, _ in references}
+    for field in [f for f in wanted if f not in covered]:
+        ranked = sorted(
+            references[:], key=lambda item: (field not in order.get(id(item[0]), ()), -_nearness(field, item[0].label))
+        )
+        for context, reference in ranked:
+            if field in covered:
+                break
+            if field in numeric_fields(context.base) and field in traceable_fields(
+                context.base, context.env_id, [field]
+            ):
+                members(context, [field])
+                continue
+            tries = 0
+            for _, changes in static_changes(context.base, [field]):
+                tries += 1
+                if field in covered or tries > 3:
+                    break
+                changed(context, field, changes, reference, keep=False)
+    return covered, invalid
+
+
+def _nearness(field: str, label: str) -> float:
+    return difflib.SequenceMatcher(None, field, label.split("=")[0]).ratio()
+
+
+def _label(field: str, changes: dict[str, Any]) -> str:
+    return f"{field}={changes[field]!r}" + "".join(f", {k}={v!r}" for k, v in changes.items() if k != field)

@@ -1,0 +1,142 @@
+"""Every config field exercised off its default, generated from the config classes.
+
+For every field of every registered algorithm's config, of `AnakinConfig` and of the
+`EnvConfig` fields a JAX environment reads, a short Anakin run with the field off its value
+must end in a different state or different metrics than the run without the change, and
+stay finite (`tests/off_default.py` derives the values from each field's annotation and
+the config's own checks, and finds the setting where a field is meant to matter). No list
+of fields is kept here: a new field is covered by these tests as soon as it exists, and
+fails them if nothing it changes shows. The only list is `EXEMPT`: fields that cannot change
+a short Anakin run, each with the reason and the test that covers it.
+
+The fast tier runs, per algorithm, the fields that are traced values of one compiled
+program (every numeric hyperparameter a population can sweep: rates, coefficients,
+discounts) as members of that program, and the architecture and environment fields; the
+`slow` tier runs each algorithm's every field, including those that set shapes or branches
+(one program each) and those that matter only with another field changed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from anakin import AnakinConfig
+from podracer.agents import algorithms
+from podracer.config import EnvConfig
+from tests.off_default import (
+    coverage,
+    differs,
+    env_for,
+    numeric_fields,
+    off_default_values,
+    run,
+    run_config,
+    short_run_base,
+    traceable_fields,
+    valid_replacement,
+)
+
+# field -> why no short Anakin run can show it, and which test covers it.
+EXEMPT = {
+    "EnvConfig.id": "which environment runs: every test that names one covers it",
+    "EnvConfig.backend": "chooses Sebulba's host environments (an Anakin run refuses a host backend): "
+    "tests/test_host_envs.py",
+    "EnvConfig.episodic_life": "EnvPool's Atari games only: tests/test_host_envs.py",
+    "EnvConfig.reward_clip": "EnvPool's Atari games only: tests/test_host_envs.py",
+    "EnvConfig.repeat_action_probability": "EnvPool's Atari games only: tests/test_host_envs.py",
+    "EnvConfig.noop_max": "EnvPool's Atari games only: tests/test_host_envs.py",
+    "EnvConfig.frame_skip": "EnvPool's Atari games only: tests/test_host_envs.py",
+    "EnvConfig.frame_stack": "EnvPool's Atari games only: tests/test_host_envs.py",
+    "EnvConfig.params": "names an environment's own parameters, no value fits every environment: "
+    "tests/test_properties.py::test_env_params_of_every_jax_environment",
+}
+
+ALGORITHMS = list(algorithms())
+
+
+def uncovered(section: str, fields: list[str], covered: dict[str, str]) -> list[str]:
+    return [f"{section}.{name}" for name in fields if name not in covered and f"{section}.{name}" not in EXEMPT]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name", ALGORITHMS)
+def test_traced_hyperparameters_off_default_change_the_run(name):
+    """Each numeric field an algorithm reads as a traced value, at each off-default value
+    its config accepts, runs as a member of one program beside the base config: every
+    member stays finite, and the fields that matter in the base setting change its run
+    (those that need another setting, e.g. a V-trace lambda under GAE, are the slow
+    test's). Catches a rate or coefficient that is read and then dropped."""
+    algorithm = algorithms()[name]
+    base = short_run_base(algorithm.default_probe_config())
+    env_id = env_for(algorithm)
+    traced = traceable_fields(base, env_id, numeric_fields(base))
+    assert traced, f"{name}: no traced hyperparameter"
+    changes = [{field: value} for field in traced for value in off_default_values(base, field)]
+    outcomes = run(run_config(base, env_id), changes)
+    assert outcomes[0].finite()
+    bad = [change for change, outcome in zip(changes, outcomes[1:]) if not outcome.finite()]
+    assert not bad, f"{name}: non-finite runs with {bad}"
+    moved = {
+        field for change, outcome in zip(changes, outcomes[1:]) if differs(outcomes[0], outcome) for field in change
+    }
+    assert moved, f"{name}: no traced hyperparameter changes the run"
+    for field in ("learning_rate", "gamma"):  # every algorithm's step size and discount, when it has them
+        if field in traced:
+            assert field in moved, f"{name}: agent.{field} off its value changes nothing"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+@pytest.mark.parametrize("name", ALGORITHMS)
+def test_every_agent_field_off_default_changes_the_run(name):
+    """Every field of the algorithm's config: some off-default value changes a short run,
+    in the base setting or in one with another field changed (found by `coverage`), and
+    no off-default run ends non-finite."""
+    algorithm = algorithms()[name]
+    covered, invalid = coverage(algorithm)
+    fields = [f.name for f in dataclasses.fields(algorithm.config)]
+    missing = uncovered(algorithm.config.__name__, fields, covered)
+    assert not missing, f"{name}: no off-default value of {missing} changes a short run; covered: {covered}"
+    assert not invalid, f"{name}: non-finite runs: {invalid}"
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("section", [AnakinConfig, EnvConfig])
+def test_architecture_and_environment_fields_off_default_change_the_run(section):
+    """Each field of Anakin's and the environment's config, off its value, changes the
+    short run of a PPO agent (or is in `EXEMPT`, with the test that covers it)."""
+    algorithm = algorithms()["ppo"]
+    agent = short_run_base(algorithm.default_probe_config())
+    env_id = "CartPole-v1"  # vector observations, which env.observe selects from
+    config = run_config(agent, env_id)
+    base = config.arch if section is AnakinConfig else config.env
+    reference = run(config)[0]
+    covered: dict[str, str] = {}
+    for field in dataclasses.fields(section):
+        if f"{section.__name__}.{field.name}" in EXEMPT:
+            continue
+        for value in off_default_values(base, field.name):
+            changed = valid_replacement(base, **{field.name: value})
+            variant = dataclasses.replace(config, **{"arch" if section is AnakinConfig else "env": changed})
+            try:
+                outcome = run(variant)[0]
+            except Exception as error:  # noqa: BLE001 - a value the runner refuses: try the next
+                if "ConfigError" not in type(error).__name__:
+                    raise
+                continue
+            assert outcome.finite(), f"{section.__name__}.{field.name}={value!r}: non-finite run"
+            if differs(reference, outcome):
+                covered[field.name] = repr(value)
+                break
+    missing = uncovered(section.__name__, [f.name for f in dataclasses.fields(section)], covered)
+    assert not missing, f"no off-default value of {missing} changes a short run; covered: {covered}"
+
+
+def test_exemptions_name_existing_fields():
+    """An exemption outlives nothing: each names a field that exists."""
+    sections = {cls.__name__: cls for cls in (AnakinConfig, EnvConfig, *(a.config for a in algorithms().values()))}
+    for key in EXEMPT:
+        section, _, field = key.partition(".")
+        assert field in {f.name for f in dataclasses.fields(sections[section])}, key
