@@ -1,6 +1,6 @@
 """Invariants over configurations and environment parameters drawn by Hypothesis.
 
-Values are drawn from each field's annotation (`tests/off_default.py`) and kept only where
+Values are drawn from each field's annotation (`tests/support/off_default.py`) and kept only where
 the config's own checks accept them: whatever a user may set, a run stays finite, counts
 its env steps exactly (`num_envs * rollout_length * updates`), keeps its parameters' shapes,
 and every stored transition is one environment's consistent step. Draws are derandomized,
@@ -25,7 +25,7 @@ from podracer.agents import algorithms, make_agent
 from podracer.config import Config, ConfigError, EnvConfig, LogConfig
 from podracer.envs import GYMNAX_IDS, make_jax_env
 from podracer.envs.params import with_params
-from tests.off_default import annotation_kind, numeric_fields, short_run_base
+from tests.support.off_default import annotation_kind, numeric_fields, short_run_base
 
 SETTINGS = settings(
     max_examples=6,

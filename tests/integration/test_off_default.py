@@ -3,7 +3,7 @@
 For every field of every registered algorithm's config, of `AnakinConfig` and of the
 `EnvConfig` fields a JAX environment reads, a short Anakin run with the field off its value
 must end in a different state or different metrics than the run without the change, and
-stay finite (`tests/off_default.py` derives the values from each field's annotation and
+stay finite (`tests/support/off_default.py` derives the values from each field's annotation and
 the config's own checks, and finds the setting where a field is meant to matter). No list
 of fields is kept here: a new field is covered by these tests as soon as it exists, and
 fails them if nothing it changes shows. The only list is `EXEMPT`: fields that cannot change
@@ -25,7 +25,7 @@ import pytest
 from anakin import AnakinConfig
 from podracer.agents import algorithms
 from podracer.config import EnvConfig
-from tests.off_default import (
+from tests.support.off_default import (
     coverage,
     differs,
     env_for,
@@ -42,13 +42,13 @@ from tests.off_default import (
 EXEMPT = {
     "EnvConfig.id": "which environment runs: every test that names one covers it",
     "EnvConfig.backend": "chooses Sebulba's host environments (an Anakin run refuses a host backend): "
-    "tests/test_host_envs.py",
-    "EnvConfig.episodic_life": "EnvPool's Atari games only: tests/test_host_envs.py",
-    "EnvConfig.reward_clip": "EnvPool's Atari games only: tests/test_host_envs.py",
-    "EnvConfig.repeat_action_probability": "EnvPool's Atari games only: tests/test_host_envs.py",
-    "EnvConfig.noop_max": "EnvPool's Atari games only: tests/test_host_envs.py",
-    "EnvConfig.frame_skip": "EnvPool's Atari games only: tests/test_host_envs.py",
-    "EnvConfig.frame_stack": "EnvPool's Atari games only: tests/test_host_envs.py",
+    "tests/envs/test_host.py",
+    "EnvConfig.episodic_life": "EnvPool's Atari games only: tests/envs/test_host.py",
+    "EnvConfig.reward_clip": "EnvPool's Atari games only: tests/envs/test_host.py",
+    "EnvConfig.repeat_action_probability": "EnvPool's Atari games only: tests/envs/test_host.py",
+    "EnvConfig.noop_max": "EnvPool's Atari games only: tests/envs/test_host.py",
+    "EnvConfig.frame_skip": "EnvPool's Atari games only: tests/envs/test_host.py",
+    "EnvConfig.frame_stack": "EnvPool's Atari games only: tests/envs/test_host.py",
     "EnvConfig.params": "names an environment's own parameters, no value fits every environment: "
     "tests/test_properties.py::test_env_params_of_every_jax_environment",
 }
