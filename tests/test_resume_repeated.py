@@ -24,9 +24,12 @@ QUIET = LogConfig(console=False, tensorboard=False)
 # metrics row per call). Annealing off: a run whose budget is raised between sessions
 # then follows the same learning rates as the run given the larger budget from the start.
 PPO_SWEEP = Config(
-    env=EnvConfig("Catch"), agent=PPOConfig(num_minibatches=2, anneal_lr=False, hidden_sizes=(16,)),
+    env=EnvConfig("Catch"),
+    agent=PPOConfig(num_minibatches=2, anneal_lr=False, hidden_sizes=(16,)),
     arch=AnakinConfig(num_envs=8, rollout_length=16, updates_per_call=2, num_seeds=2),
-    total_env_steps=8 * 16 * 12, log=QUIET, checkpoint=CheckpointConfig(every_updates=4, keep=2),
+    total_env_steps=8 * 16 * 12,
+    log=QUIET,
+    checkpoint=CheckpointConfig(every_updates=4, keep=2),
     population=PopulationConfig(sweep=("agent.learning_rate=1e-3,3e-3",)),
 )
 # DQN on Catch with a buffer of 40 transitions per device that wraps around (8 an update on
@@ -35,7 +38,9 @@ DQN_REPLAY = Config(
     env=EnvConfig("Catch"),
     agent=DQNConfig(buffer_size=40, batch_size=8, gradient_steps=2, learning_starts=0, n_step=2, hidden_sizes=(16,)),
     arch=AnakinConfig(num_envs=8, rollout_length=4, updates_per_call=2, num_seeds=2),
-    total_env_steps=8 * 4 * 12, log=QUIET, checkpoint=CheckpointConfig(every_updates=4, keep=2),
+    total_env_steps=8 * 4 * 12,
+    log=QUIET,
+    checkpoint=CheckpointConfig(every_updates=4, keep=2),
 )
 
 
@@ -94,6 +99,7 @@ def test_a_sweep_population_resumed_three_times_across_a_larger_budget_is_exact(
     assert wall == sorted(wall)  # wall time continues over the sessions
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_dqn_resumed_three_times_across_a_larger_budget_keeps_its_replay_buffers_exactly(tmp_path):
     """DQN with per-device buffers that wrap around, n-step returns and 2 seeds: resumed
@@ -110,3 +116,86 @@ def test_dqn_resumed_three_times_across_a_larger_budget_keeps_its_replay_buffers
     assert_trees_equal(last.state, full.state)
     assert comparable(read_rows(tmp_path / "run")) == comparable(full.metrics)
     assert all(row["gradient_steps"] > 0 for row in full.metrics)
+
+
+# Sebulba DQN on CartPole: 1 actor device, 3 learner devices with a buffer each (2 of the 6
+# envs, 8 steps: 16 transitions an update per device, never wrapping around 512 slots), a
+# row every 5 updates, a replay ratio whose fractional credit carries from update to update.
+SEBULBA_DQN = Config(
+    env=EnvConfig("CartPole-v1"),
+    total_env_steps=48 * 20,
+    log=QUIET,
+    agent=DQNConfig(buffer_size=512, batch_size=16, replay_ratio=2.5, learning_starts=96, hidden_sizes=(16,)),
+    arch=SebulbaConfig(
+        num_envs=6, rollout_length=8, max_policy_lag=1, actor_devices=(0,), learner_devices=(1, 2, 3), updates_per_log=5
+    ),
+    checkpoint=CheckpointConfig(every_updates=4, keep=2),
+)
+
+
+def assert_streams_begin(steps, starts: list[int], held: int, envs: int, per_rollout: int) -> None:
+    """In each learner device's buffer of `held` steps of `envs` environments, stored a
+    rollout of `per_rollout` steps at a time, time-major (`steps`: `[devices, 1, capacity,
+    ...]`), a stream begins (`first`) at every slot of `starts` (one per environment) and
+    elsewhere only at a rollout's first step after a step that ended an episode (a rollout
+    is compared with the step stored before it, not within)."""
+    first = np.asarray(steps.first)[:, 0, :held]
+    ended = (np.asarray(steps.terminated) | np.asarray(steps.truncated))[:, 0, :held]
+    expected = np.zeros_like(first)
+    expected[:, envs:] = ended[:, :-envs]
+    expected[:, np.arange(held) % per_rollout >= envs] = False
+    for start in starts:
+        expected[:, start : start + envs] = True
+    np.testing.assert_array_equal(first, expected)
+
+
+def stop_after_rows(rows: int):
+    """`(on_metrics, should_stop)`: stop once `rows` rows of this session have been written."""
+    seen = []
+    return seen.append, lambda: len(seen) >= rows
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_sebulba_resumed_three_times_across_a_larger_budget_continues_its_learner_and_buffers(tmp_path):
+    """What a Sebulba resume promises, three times over (once to a larger budget): the same
+    learner goes on (update and gradient-step counters, replay credit: those of the run
+    uninterrupted), its replay buffers keep every step stored before (bit for bit) and mark
+    where each session's restarted environments begin a new stream, and metrics.jsonl holds
+    every row once, those the checkpoint counts, with no update left out of a row."""
+    full = train_lib.train(dataclasses.replace(SEBULBA_DQN, run_dir=str(tmp_path / "full")))
+    run_dir = tmp_path / "run"
+    sessions = [train_lib.train(dataclasses.replace(SEBULBA_DQN, run_dir=str(run_dir), total_env_steps=48 * 6))]
+    set_budget(run_dir, SEBULBA_DQN.total_env_steps)
+    for stop_rows in (1, 1, None):
+        on_metrics, should_stop = stop_after_rows(stop_rows) if stop_rows else (None, None)
+        sessions.append(train_lib.resume(str(run_dir), on_metrics=on_metrics, should_stop=should_stop))
+        assert_rows_match_checkpoint(run_dir)
+    assert [s.stopped for s in sessions] == [False, True, True, False]
+    ends = [int(s.state.update_count) for s in sessions]
+    assert ends == sorted(set(ends)) and ends[0] == 6 and ends[-1] == 20, ends  # each session went on
+
+    last, per_update = sessions[-1].state, 8 * 2  # transitions per update and learner device
+    assert sessions[-1].env_steps == full.env_steps == 960
+    assert int(last.opt_state.gradient_steps) == int(full.state.opt_state.gradient_steps) == 47
+    assert float(last.opt_state.replay_credit) == float(full.state.opt_state.replay_credit) == 0.5
+    buffers = last.local.experience
+    assert np.asarray(last.local.current_index).tolist() == np.asarray(full.state.local.current_index).tolist()
+    for session in sessions[:-1]:  # what each session stored is still there, as it was stored
+        held = int(session.state.update_count) * per_update
+        assert_trees_equal(
+            jax.tree.map(lambda x: np.asarray(x)[:, :, :held], buffers),
+            jax.tree.map(lambda x: np.asarray(x)[:, :, :held], session.state.local.experience),
+        )
+    # A new stream begins where each session's environments started (2 envs per device each
+    # time), and elsewhere only after a step that ended its episode (slots are time-major:
+    # an environment's previous step is 2 slots back).
+    starts = [int(s.state.update_count) * per_update for s in sessions[:-1]]
+    assert_streams_begin(buffers, [0] + starts, held=20 * per_update, envs=2, per_rollout=per_update)
+    assert_streams_begin(full.state.local.experience, [0], held=20 * per_update, envs=2, per_rollout=per_update)
+
+    steps = [row["env_steps"] for row in read_rows(run_dir)]
+    stops = [s.env_steps for s in sessions[:-1]]
+    assert steps == sorted(set(steps)) and steps[-1] == 960
+    assert set(steps) == {row["env_steps"] for row in full.metrics} | set(stops), (steps, stops)
+    assert read_rows(run_dir)[-1].keys() == full.metrics[-1].keys()
