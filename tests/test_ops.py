@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 import rlax
 
-from podracer.ops import categorical_log_prob, clipped_surrogate_loss, entropy_loss, gae_advantages
+from podracer.ops import (
+    categorical_log_prob,
+    clipped_surrogate_loss,
+    discounted_returns,
+    entropy_loss,
+    gae_advantages,
+)
 from tests.helpers import gae_episode_by_episode
 
 
@@ -75,6 +81,18 @@ class TestGae:
         with pytest.raises(AssertionError):
             gae_advantages(jnp.zeros((2, 3)), jnp.zeros((2, 3)), jnp.zeros((2, 3)), jnp.zeros((2, 3)), 0.9,
                            jnp.zeros((2, 3), bool))
+
+
+def test_discounted_returns_restart_after_each_episode_end(variant):
+    """`G_t = r_t + gamma * G_{t-1}` within an episode, restarting at the step after each
+    end; an end at the last step changes nothing. A `[T, 1]` input is refused."""
+    r = jnp.array([1.0, 2.0, 3.0, 4.0, 5.0])
+    end = jnp.array([False, True, False, False, True])
+    np.testing.assert_allclose(variant(discounted_returns)(r, end, 0.5), [1.0, 2.5, 3.0, 5.5, 7.75])
+    never_ends = variant(discounted_returns)(r, jnp.zeros(5, bool), jnp.float32(0.1))
+    np.testing.assert_allclose(never_ends, [1.0, 2.1, 3.21, 4.321, 5.4321], rtol=1e-6)
+    with pytest.raises(AssertionError):
+        discounted_returns(r[:, None], end[:, None], 0.5)
 
 
 def test_clipped_surrogate_hand_computed():
