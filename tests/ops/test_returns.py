@@ -1,4 +1,4 @@
-"""GAE (`podracer.ops.returns`) against hand-computed values, rlax and an episode-by-episode reference."""
+"""GAE and discounted returns (`podracer.ops.returns`) against hand-computed values, rlax and an episode-by-episode reference."""
 
 import jax
 import jax.numpy as jnp
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import rlax
 
-from podracer.ops import gae_advantages
+from podracer.ops import discounted_returns, gae_advantages
 from tests.support.helpers import gae_episode_by_episode
 
 
@@ -75,3 +75,16 @@ class TestGae:
         with pytest.raises(AssertionError):
             gae_advantages(jnp.zeros((2, 3)), jnp.zeros((2, 3)), jnp.zeros((2, 3)), jnp.zeros((2, 3)), 0.9,
                            jnp.zeros((2, 3), bool))
+
+
+def test_discounted_returns_restart_after_each_episode_end(variant):
+    """`G_t = r_t + gamma * G_{t-1}` within an episode, restarting at the step after each
+    end; an end at the last step changes nothing. A `[T, 1]` input is refused."""
+    r = jnp.array([1.0, 2.0, 3.0, 4.0, 5.0])
+    end = jnp.array([False, True, False, False, True])
+    np.testing.assert_allclose(variant(discounted_returns)(r, end, 0.5), [1.0, 2.5, 3.0, 5.5, 7.75])
+    never_ends = variant(discounted_returns)(r, jnp.zeros(5, bool), jnp.float32(0.1))
+    np.testing.assert_allclose(never_ends, [1.0, 2.1, 3.21, 4.321, 5.4321], rtol=1e-6)
+    with pytest.raises(AssertionError):
+        discounted_returns(r[:, None], end[:, None], 0.5)
+
