@@ -26,13 +26,7 @@ from anakin import runner as anakin_runner
 from anakin.program import iteration_keys, make_train_call
 from anakin.rollout import rollout
 from podracer import parallel
-from podracer.agents import (
-    DQNConfig,
-    ImpalaConfig,
-    PPOConfig,
-    algorithms,
-    make_agent,
-)
+from podracer.agents import DQNConfig, ImpalaConfig, PPOConfig, algorithms, make_agent
 from podracer.agents.common import random_permutation  # the library's draw: the references reuse its indices
 from podracer.agents.dqn import DQNLearnerState, make_learn_on_batch, make_optimizer, make_q_network
 from podracer.config import Config, EnvConfig
@@ -87,7 +81,7 @@ DQN = DQNConfig(
 )
 
 
-def assert_same_update(got, expected, before, rtol: float = 1e-3) -> None:
+def assert_same_update(got, expected, before, rtol: float = 1e-4) -> None:
     """`got` and `expected` moved `before` by the same steps, leaf by leaf, within `rtol` of
     the largest step (the parameters' values would hide a wrong step under their own size)."""
     got, expected, before = jax.device_get((got, expected, before))
@@ -167,9 +161,9 @@ def test_actor_critic_update_equals_the_reference(config, path):
         four = make_agent(config, OBS_SPEC, ACTION_SPEC, num_updates=NUM_UPDATES, axis_name=AXIS)
         got, metrics, keys = sebulba_update(four, state, traj, key)
     expected, loss = expected_update(config, state.params, jax.device_get(traj), keys, NUM_UPDATES)
-    assert float(metrics["grad_norm"]) > config.max_grad_norm, "gradient clipping is not exercised"
     assert_same_update(got.params, expected, state.params)
     np.testing.assert_allclose(metrics["loss"], loss, rtol=1e-4, atol=1e-6)
+    assert float(metrics["grad_norm"]) > config.max_grad_norm, "gradient clipping is not exercised"
 
 
 def dqn_sample(key, N: int = 16) -> ReplaySample:
@@ -182,9 +176,8 @@ def dqn_sample(key, N: int = 16) -> ReplaySample:
     return ReplaySample(Transition(obs, action, reward, discount, next_obs), jnp.arange(N), weights)
 
 
-@pytest.mark.parametrize("double_q", [True, False])
-@pytest.mark.parametrize("num_devices", [1, 4])
-def test_dqn_gradient_step_equals_the_reference(double_q, num_devices):
+@pytest.mark.parametrize("num_devices, double_q", [(1, True), (4, True), (1, False)])
+def test_dqn_gradient_step_equals_the_reference(num_devices, double_q):
     """One gradient step on a given weighted sample, with a target network of its own (so
     Double DQN's selection matters), then a Polyak target update."""
     config = dataclasses.replace(DQN, double_q=double_q)
@@ -283,6 +276,7 @@ def anakin_update(agent_config, env_id: str, num_devices: int = 2, envs_per_devi
     return before, traj, keys, jax.tree.map(lambda x: x[0], after.agent), metrics, a.sizes.num_updates
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["ppo", "impala", "dqn"])
 def test_anakin_update_equals_the_reference(name):
     """Anakin's rollout and update compiled together, on Catch (episodes of several steps)."""
