@@ -1,7 +1,8 @@
 """The library's update steps against the independent references of
 `tests.support.reference_updates`, on every learner path the parity tests compare: one
 device (`agent.update`), Sebulba's learner step on 4 devices (`make_update_step`, each device
-with its own key) and Anakin's program on 2 devices (rollout then update, compiled together).
+with its own key) and Anakin's program on 2 devices (rollout then update, compiled together),
+and IMPALA's update with replayed sequences on the batch the replay wrapper assembles.
 
 The parity tests (1 against 4 devices, Anakin against Sebulba, replay mixing) compare two
 runs of the same code, so a bug in the update that both share passes them; here the other
@@ -29,10 +30,11 @@ from podracer import parallel
 from podracer.agents import DQNConfig, ImpalaConfig, PPOConfig, algorithms, make_agent
 from podracer.agents.common import random_permutation  # the library's draw: the references reuse its indices
 from podracer.agents.dqn import DQNLearnerState, make_learn_on_batch, make_optimizer, make_q_network
+from podracer.agents.replay_mixing import with_replay
 from podracer.config import Config, EnvConfig
 from podracer.counters import Count
 from podracer.replay import ReplaySample, Transition
-from podracer.types import BatchShape, DiscreteSpec, ObsSpec, Trajectory
+from podracer.types import Agent, BatchShape, DiscreteSpec, ObsSpec, Trajectory
 from sebulba.learner import AXIS, device_keys, make_update_step, trajectory_sharding
 from tests.support import reference_updates as reference
 from tests.support.contract_helpers import place_learner_state, replicated
@@ -290,3 +292,55 @@ def test_anakin_update_equals_the_reference(name):
     else:
         expected, _ = expected_update(config, before.params, traj, keys, num_updates)
         assert_same_update(after.params, expected, before.params)
+
+
+def test_impala_update_with_replay_equals_the_reference():
+    """IMPALA learning from its rollout plus as many sequences replayed from its buffer, which
+    holds an earlier rollout (replayed sequences may cross from it into this one, where the
+    streams do not continue: a truncation): the reference update on the `[T, B + M]` batch that
+    the replay wrapper hands the learner, recorded by a stand-in agent behind the same wrapper,
+    buffer and key."""
+    config = dataclasses.replace(IMPALA, replay_fraction=0.5, replay_capacity=4 * T * B)
+    agent = make_agent(config, OBS_SPEC, ACTION_SPEC, num_updates=NUM_UPDATES, axis_name=None)
+    update = jax.jit(agent.update)
+    state = jax.jit(agent.init)(jax.random.key(0))
+    behaviour = jax.jit(agent.init)(jax.random.key(1)).params
+    earlier = trajectory(agent.act, behaviour, jax.random.key(4))
+    state = state.replace(local=update(state, earlier, jax.random.key(5))[0].local)
+    traj, key = trajectory(agent.act, behaviour, jax.random.key(2)), jax.random.key(3)
+    got, metrics = update(state, traj, key)
+
+    def record(state, batch, key):
+        return state, {"batch": batch, "key": key}
+
+    recorder = with_replay(
+        Agent(init=agent.init, act=agent.act, update=record, greedy_act=None),
+        config.replay_fraction,
+        config.replay_capacity,
+        OBS_SPEC,
+        None,
+    )
+    seen = jax.device_get(jax.jit(recorder.update)(state, traj, key)[1])
+    batch = seen["batch"]
+    # The batch checked against the two rollouts, not taken on trust from the wrapper: the
+    # fresh rollout, then windows of T consecutive steps of one environment's stream.
+    fresh = jax.device_get(traj)
+    jax.tree.map(np.testing.assert_array_equal, jax.tree.map(lambda x: x[:, :B], batch), fresh)
+    stream = jax.tree.map(lambda a, b: np.concatenate([a, b]), jax.device_get(earlier), fresh)
+    # The streams do not continue into the fresh rollout: a step that did not terminate is cut.
+    stream.truncated[T - 1] |= ~stream.terminated[T - 1]
+    starts = set()
+    for j in range(B, 2 * B):
+        column = jax.tree.map(lambda x, j=j: x[:, j], batch)
+        [(start, env)] = [
+            (s, e) for s in range(T + 1) for e in range(B) if np.array_equal(stream.obs[s : s + T, e], column.obs)
+        ]
+        jax.tree.map(np.testing.assert_array_equal, column, jax.tree.map(lambda x: x[start : start + T, env], stream))
+        starts.add(start)
+    indices = reference.sequence_minibatch_indices(
+        permutations([seen["key"]], config.num_epochs, 2 * B), 2 * B, config.num_minibatches
+    )
+    expected, loss = reference.impala_update(config, state.params, batch, indices, NUM_UPDATES)
+    assert_same_update(got.params, expected, state.params)
+    np.testing.assert_allclose(metrics["loss"], loss, rtol=1e-4, atol=1e-6)
+    assert len(starts - {0, T}) > 0, f"no replayed sequence crosses between the rollouts: {starts}"
