@@ -34,7 +34,7 @@ from podracer.agents.replay_mixing import with_replay
 from podracer.config import Config, EnvConfig
 from podracer.counters import Count
 from podracer.replay import ReplaySample, Transition
-from podracer.types import Agent, BatchShape, DiscreteSpec, ObsSpec, Trajectory
+from podracer.types import Agent, BatchShape, BoxSpec, DiscreteSpec, ObsSpec, Trajectory
 from sebulba.learner import AXIS, device_keys, make_update_step, trajectory_sharding
 from tests.support import reference_updates as reference
 from tests.support.contract_helpers import place_learner_state, replicated
@@ -186,7 +186,8 @@ def test_dqn_gradient_step_equals_the_reference(num_devices, double_q):
     network, optimizer = make_q_network(config, OBS_SPEC, ACTION_SPEC), make_optimizer(config)
     online = network.init(jax.random.key(0), jnp.zeros((1, OBS)))
     target = network.init(jax.random.key(1), jnp.zeros((1, OBS)))
-    learner = DQNLearnerState(optimizer.init(online), target, Count.zeros(), jnp.zeros(()), Count.zeros())
+    opt_state = warm(reference.dqn_optimizer(config), online, jax.random.key(4))
+    learner = DQNLearnerState(opt_state, target, Count.zeros(), jnp.zeros(()), Count.zeros())
     sample = dqn_sample(jax.random.key(2))
     if num_devices == 1:
         step = jax.jit(make_learn_on_batch(config, network, optimizer, None))
@@ -199,9 +200,8 @@ def test_dqn_gradient_step_equals_the_reference(num_devices, double_q):
             )
         )
     got_online, got_learner = step(online, learner, sample)[:2]
-    items = sample.items
     expected_online, expected_target, _ = reference.dqn_step(
-        config, online, target, 0, items.obs, items.action, items.reward, items.discount, items.next_obs, sample.weights
+        config, online, target, opt_state, 0, sample.items, sample.weights
     )
     assert_same_update(got_online, expected_online, online)
     assert_same_update(got_learner.target, expected_target, target)
@@ -216,6 +216,8 @@ def test_dqn_update_equals_the_reference(path):
     config = algorithm.exact_config(DQN, BatchShape(T, B))
     one = make_agent(config, OBS_SPEC, ACTION_SPEC, num_updates=NUM_UPDATES, axis_name=None)
     state = jax.jit(one.init)(jax.random.key(0))
+    opt_state = warm(reference.dqn_optimizer(config), state.params.online, jax.random.key(4))
+    state = state.replace(opt_state=state.opt_state._replace(optimizer=opt_state))
     traj = trajectory(one.act, state.params, jax.random.key(2))
     if path == "one_device":
         got, metrics = jax.jit(one.update)(state, traj, jax.random.key(3))
@@ -229,20 +231,41 @@ def test_dqn_update_equals_the_reference(path):
 
 def dqn_update_reference(config: DQNConfig, state, traj: Trajectory):
     """The reference's one step on all of `traj`'s transitions, each weighted 1."""
-    discount = config.gamma * (1.0 - reference.flat(traj.terminated).astype(np.float32))
+    batch = transitions(config.gamma, traj)
     online, _, loss = reference.dqn_step(
         config,
         state.params.online,
         state.opt_state.target,
+        state.opt_state.optimizer,
         0,
+        batch,
+        np.ones(batch[2].shape, np.float32),
+    )
+    return online, loss
+
+
+def transitions(gamma: float, traj: Trajectory) -> tuple:
+    """`(obs, action, reward, discount, next_obs)` `[T * B, ...]`: a trajectory's 1-step
+    transitions, time-major; no bootstrap past a termination, a time limit's from its final
+    observation."""
+    discount = gamma * (1.0 - reference.flat(traj.terminated).astype(np.float32))
+    return (
         reference.flat(traj.obs),
         reference.flat(traj.action),
         reference.flat(traj.reward),
         discount,
         reference.flat(traj.next_obs),
-        np.ones(discount.shape, np.float32),
     )
-    return online, loss
+
+
+def warm(optimizer, params, key):
+    """`optimizer`'s state after one step on random gradients. From a fresh state, Adam's
+    first step is about `lr sign(g)`, blind to a term that only rescales a gradient; with
+    moments to mix with, the step depends on the gradient's size too."""
+    leaves, treedef = jax.tree.flatten(params)
+    keys = jax.random.split(key, len(leaves))
+    grads = treedef.unflatten([0.01 * jax.random.normal(k, x.shape) for k, x in zip(keys, leaves)])
+    return optimizer.update(grads, optimizer.init(params), params)[1]
 
 
 def anakin_update(agent_config, env_id: str, num_devices: int = 2, envs_per_device: int = 2):
@@ -344,3 +367,54 @@ def test_impala_update_with_replay_equals_the_reference():
     assert_same_update(got.params, expected, state.params)
     np.testing.assert_allclose(metrics["loss"], loss, rtol=1e-4, atol=1e-6)
     assert len(starts - {0, T}) > 0, f"no replayed sequence crosses between the rollouts: {starts}"
+
+
+@pytest.mark.parametrize("path", ["one_device", "sebulba_4_devices"])
+def test_sac_update_equals_the_reference(path):
+    """SAC with the contract's exact config (temperature 0, a policy of negligible spread, one
+    step on all of the trajectory's transitions): critics, actor and target critics. Actions
+    in a box that is not `[-1, 1]`, target critics off the critics, optimizers with moments."""
+    algorithm = algorithms()["sac"]
+    config = dataclasses.replace(
+        algorithm.exact_config(algorithm.default_probe_config(), BatchShape(T, B)), hidden_sizes=(8, 8), tau=0.3
+    )
+    low, high = np.array([-2.0, -1.0], np.float32), np.array([1.0, 3.0], np.float32)
+    action_spec = BoxSpec((2,), low, high)
+    one = make_agent(config, OBS_SPEC, action_spec, num_updates=NUM_UPDATES, axis_name=None)
+    state = jax.jit(one.init)(jax.random.key(0))
+    other = jax.jit(one.init)(jax.random.key(1)).opt_state.critic
+    actor_optimizer, critic_optimizer = reference.sac_optimizers(config)
+    opt_states = (
+        warm(actor_optimizer, state.params.actor, jax.random.key(4)),
+        warm(critic_optimizer, state.opt_state.critic, jax.random.key(5)),
+    )
+    state = state.replace(
+        opt_state=state.opt_state._replace(
+            target_critic=other, actor_optimizer=opt_states[0], critic_optimizer=opt_states[1]
+        )
+    )
+    traj = trajectory(
+        lambda params, obs, key: (jax.random.uniform(key, (obs.shape[0], 2), minval=low, maxval=high), {}),
+        None,
+        jax.random.key(2),
+    )
+    if path == "one_device":
+        got, metrics = jax.jit(one.update)(state, traj, jax.random.key(3))
+    else:
+        four = make_agent(config, OBS_SPEC, action_spec, num_updates=NUM_UPDATES, axis_name=AXIS)
+        got, metrics, _ = sebulba_update(four, state, traj, jax.random.key(3))
+    learner = state.opt_state
+    actor, critic, target, loss = reference.sac_deterministic_step(
+        config,
+        state.params.actor,
+        learner.critic,
+        learner.target_critic,
+        opt_states,
+        transitions(config.gamma, jax.device_get(traj)),
+        low,
+        high,
+    )
+    assert_same_update(got.opt_state.critic, critic, learner.critic)
+    assert_same_update(got.params.actor, actor, state.params.actor)
+    assert_same_update(got.opt_state.target_critic, target, learner.target_critic)
+    np.testing.assert_allclose(metrics["loss"], loss, rtol=1e-4, atol=1e-6)

@@ -249,27 +249,25 @@ def _sgd(loss_fn, optimizer: optax.GradientTransformation, params: Any, epochs: 
     return params, float(np.mean(losses))
 
 
-def dqn_step(
-    config: Any,
-    online: Any,
-    target: Any,
-    gradient_steps: int,
-    obs: jax.Array,
-    action: jax.Array,
-    reward: jax.Array,
-    discount: jax.Array,
-    next_obs: jax.Array,
-    weights: jax.Array,
-) -> tuple[Any, Any, float]:
-    """One DQN gradient step (Mnih et al. 2015) on a batch `[N, ...]`: Double DQN's TD errors
-    (van Hasselt et al. 2016; rlax) or Q-learning's, the Huber or squared loss weighted by
-    `weights`, global-norm clipping and Adam (optax) from a fresh optimizer state; the target
-    network moves `tau` of the way to the new online one when the step count (`gradient_steps`
-    before it, plus one) is a multiple of the period. Returns `(online, target, loss)`."""
-    activation = config.activation
-    optimizer = optax.chain(
+def dqn_optimizer(config: Any) -> optax.GradientTransformation:
+    """Global-norm clipping, then Adam."""
+    return optax.chain(
         optax.clip_by_global_norm(config.max_grad_norm), optax.adam(config.learning_rate, eps=config.adam_eps)
     )
+
+
+def dqn_step(
+    config: Any, online: Any, target: Any, opt_state: Any, gradient_steps: int, batch: tuple, weights: jax.Array
+) -> tuple[Any, Any, float]:
+    """One DQN gradient step (Mnih et al. 2015) on `batch = (obs, action, reward, discount,
+    next_obs)`, each `[N, ...]`: Double DQN's TD errors (van Hasselt et al. 2016; rlax) or
+    Q-learning's, the Huber or squared loss weighted by `weights [N]`, one step of
+    `dqn_optimizer` from `opt_state`; the target network moves `tau` of the way to the new
+    online one when the step count (`gradient_steps` before it, plus one) is a multiple of the
+    period. Returns `(online, target, loss)`."""
+    activation = config.activation
+    obs, action, reward, discount, next_obs = batch
+    optimizer = dqn_optimizer(config)
 
     def loss_fn(online):
         q_tm1 = q_network(online, obs, activation)
@@ -283,12 +281,89 @@ def dqn_step(
         return jnp.mean(weights * per_item)
 
     @jax.jit
-    def step(online, target):
+    def step(online, target, opt_state):
         loss, grads = jax.value_and_grad(loss_fn)(online)
-        updates, _ = optimizer.update(grads, optimizer.init(online), online)
-        online = optax.apply_updates(online, updates)
+        online = optax.apply_updates(online, optimizer.update(grads, opt_state, online)[0])
         tau = config.target_update_tau if (gradient_steps + 1) % config.target_update_period == 0 else 0.0
         return online, jax.tree.map(lambda new, old: tau * new + (1.0 - tau) * old, online, target), loss
 
-    online, target, loss = step(online, target)
+    online, target, loss = step(online, target, opt_state)
     return online, target, float(loss)
+
+
+def squashed_gaussian_actor(actor: Any, obs: jax.Array, log_std_min: float, log_std_max: float):
+    """SAC's actor: `obs [N, D] -> (mean [N, A], log_std [N, A])`, a ReLU torso, a mean head
+    (`Dense_0`) and a log-std head (`Dense_1`) squashed by tanh into `[log_std_min, log_std_max]`."""
+    p = actor["params"]
+    x = mlp(p["torso"], obs, "relu")
+    squashed = jnp.tanh(dense(p["Dense_1"], x))
+    return dense(p["Dense_0"], x), log_std_min + 0.5 * (log_std_max - log_std_min) * (squashed + 1.0)
+
+
+def twin_critic(critic: Any, obs: jax.Array, unit_action: jax.Array) -> jax.Array:
+    """Two critics `Q_i(s, a)`, `[2, N]`, each a ReLU torso and a linear head over `[obs, action]`;
+    their parameters stacked on a leading axis of 2."""
+    p = critic["params"]
+    x = jnp.concatenate([obs, unit_action], axis=-1)
+
+    def one(i: int) -> jax.Array:
+        torso, head = jax.tree.map(lambda w: w[i], (p["torso"], p["VmapCritic_0"]["Dense_0"]))
+        return dense(head, mlp(torso, x, "relu"))[:, 0]
+
+    return jnp.stack([one(0), one(1)])
+
+
+def sac_optimizers(config: Any) -> tuple[optax.GradientTransformation, optax.GradientTransformation]:
+    """`(actor's, critics')`: Adam each."""
+    return optax.adam(config.actor_learning_rate), optax.adam(config.critic_learning_rate)
+
+
+def sac_deterministic_step(
+    config: Any,
+    actor: Any,
+    critic: Any,
+    target_critic: Any,
+    opt_states: tuple,
+    batch: tuple,
+    low: np.ndarray,
+    high: np.ndarray,
+) -> tuple[Any, Any, Any, float]:
+    """One SAC gradient step (Haarnoja et al. 2018, arXiv 1812.05905) at temperature 0 with a
+    policy of negligible spread, whose action is `tanh(mean)`, on `batch = (obs, action,
+    reward, discount, next_obs)` `[N, ...]`: both critics regress on
+    `r + discount min(Q1', Q2')(s', tanh(mean(s')))` (eq. 3, clipped double Q) with the target
+    critics, one Adam step; then the actor maximises `min(Q1, Q2)(s, tanh(mean(s)))` under the
+    updated critics (eq. 12), one Adam step (`opt_states`: the actor's and the critics');
+    then the target critics move `tau` of the way. Box actions `[low, high]` are mapped to
+    `[-1, 1]` for the critics. Returns `(actor, critic, target_critic, critic loss)`. The
+    temperature and the entropy terms are not modelled: a config with a temperature or a
+    spread is refused."""
+    if config.autotune or config.initial_temperature != 0 or config.log_std_max > -30:
+        raise ValueError("sac_deterministic_step models temperature 0 and a policy of negligible spread only")
+    std_range = (config.log_std_min, config.log_std_max)
+    obs, action, reward, discount, next_obs = batch
+    actor_optimizer, critic_optimizer = sac_optimizers(config)
+
+    def greedy(actor, obs):
+        return jnp.tanh(squashed_gaussian_actor(actor, obs, *std_range)[0])
+
+    def critic_loss(critic):
+        q_t = twin_critic(target_critic, next_obs, greedy(actor, next_obs))
+        target = jax.lax.stop_gradient(reward + discount * jnp.min(q_t, axis=0))
+        unit = 2.0 * (action - low) / (high - low) - 1.0
+        return jnp.sum(jnp.mean(jnp.square(twin_critic(critic, obs, unit) - target), axis=1))
+
+    def actor_loss(actor, critic):
+        return -jnp.mean(jnp.min(twin_critic(critic, obs, greedy(actor, obs)), axis=0))
+
+    @jax.jit
+    def step(actor, critic, target_critic, opt_states):
+        loss, grads = jax.value_and_grad(critic_loss)(critic)
+        critic = optax.apply_updates(critic, critic_optimizer.update(grads, opt_states[1], critic)[0])
+        grads = jax.grad(actor_loss)(actor, critic)
+        actor = optax.apply_updates(actor, actor_optimizer.update(grads, opt_states[0], actor)[0])
+        tau = config.tau
+        return actor, critic, jax.tree.map(lambda c, t: tau * c + (1.0 - tau) * t, critic, target_critic), loss
+
+    actor, critic, target_critic, loss = step(actor, critic, target_critic, opt_states)
+    return actor, critic, target_critic, float(loss)
