@@ -1,19 +1,20 @@
-"""Independent references for the update steps that the parity tests exercise: PPO, IMPALA
-and DQN written here in plain JAX, with rlax for returns and losses, distrax for the
-policies' log-probabilities and entropies and optax for the optimizers, and nothing of `podracer.agents` but its configs' numbers.
+"""Independent references for the update steps that the parity tests exercise: PPO, IMPALA,
+DQN and SAC written here in plain JAX, with rlax for returns and losses, distrax for the
+policies' log-probabilities and entropies and optax for the optimizers, and nothing of
+`podracer.agents` but its configs' numbers.
 
 A parity test that runs the library's code path twice (1 device against 4, Anakin against
 Sebulba) passes on a bug that both runs share; these references are the independent side.
-Each takes the parameters the library's update starts from (with a fresh optimizer state,
-as `init` gives), the trajectory or batch it receives and, where the library shuffles, the
-indices of each minibatch it draws (`ppo_minibatch_indices`, `sequence_minibatch_indices`:
-the library's own permutations, mapped onto the global batch; the reference reuses the
-indices rather than the library's use of the random numbers).
+Each takes the parameters the library's update starts from, its optimizer state (PPO and
+IMPALA: a fresh one, as `init` gives), the trajectory or batch it receives and, where the
+library shuffles, the indices of each minibatch it draws (`ppo_minibatch_indices`,
+`sequence_minibatch_indices`: the library's own permutations, mapped onto the global batch;
+the reference reuses the indices rather than the library's use of the random numbers).
 
 The networks are the built-in feed-forward ones (`agent.torso` "mlp"), evaluated here from
 their parameter trees: a torso is `Dense_0, Dense_1, ...` each followed by the activation,
 an actor-critic has `torso`, `critic_torso` (unless shared), `policy` and `value` heads, a
-Q-network `torso` and `q`.
+Q-network `torso` and `q`; SAC's actor and twin critics are described where they are used.
 """
 
 from __future__ import annotations
