@@ -14,7 +14,7 @@ from anakin import runner as anakin_runner
 from anakin.program import iteration_keys, make_train_call
 from anakin.rollout import rollout
 from podracer import parallel
-from podracer.agents.common import random_permutation  # the library's draw: the references reuse its indices
+from podracer.agents.minibatches import random_permutation  # the library's draw: the references reuse its indices
 from podracer.config import Config, EnvConfig
 from podracer.types import Trajectory
 from sebulba.learner import AXIS, device_keys, make_update_step, trajectory_sharding
