@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 from podracer.agents import ImpalaConfig, PPOConfig, make_agent
-from podracer.agents.replay_mixing import with_replay
+from podracer.replay.mixing import with_replay
 from podracer.types import Agent, DiscreteSpec, ObsSpec
 from sebulba.learner import AXIS
 from tests.support import reference_updates as reference
