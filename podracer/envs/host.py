@@ -264,8 +264,8 @@ def _backend_specs(env_config: EnvConfig) -> tuple[ObservationSpec, ActionSpec]:
 def host_env_record(env_config: EnvConfig) -> dict[str, Any] | None:
     """What an environment's rewards depend on beyond its config, for the run directory
     (`experiments.train` writes it to `RUN_DIR/environment.json` and checks it on resume):
-    its id family's `record` (a synthesis toolchain's versions, say); None for every other
-    environment.
+    its id family's `record` (the versions of an external tool the environment runs, say);
+    None for every other environment.
 
     Args:
         env_config: the run's environment section.
