@@ -219,3 +219,38 @@ def test_loss_weights_items_by_their_importance_weights():
         copied, _, copied_metrics, _ = learn(online, learner, sample._replace(items=copies))
         tree_allclose(weighted, copied, rtol=1e-5, atol=1e-7)
         np.testing.assert_allclose(weighted_metrics["loss"], copied_metrics["loss"], rtol=1e-5)
+
+
+def test_masked_argmax_picks_the_best_legal_action_per_row(variant):
+    """Per row of `[B, A]` values, the argmax among the legal actions (an illegal action
+    with the highest value is never chosen); a row with no legal action falls back to all
+    actions; without a mask, the plain argmax."""
+    values = jnp.array([[1.0, 5.0, 3.0], [4.0, -2.0, -1.0], [0.0, 2.0, 1.0]])
+    legal = jnp.array([[True, False, True], [False, True, True], [False, False, False]])
+    np.testing.assert_array_equal(variant(ops.masked_argmax)(values, legal), [2, 2, 1])
+    np.testing.assert_array_equal(variant(ops.masked_argmax)(values), [1, 0, 1])
+
+
+def test_td_error_and_q_learning_target_hand_computed(variant):
+    """Per row: `target - q[a]`; DQN's target maxes over each row's actions (its legal ones
+    given a mask, the best legal value 3 in row 0 rather than the illegal 7). Ranks are checked."""
+    q_tm1 = jnp.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    np.testing.assert_allclose(variant(ops.td_error)(q_tm1, jnp.array([2, 0]), jnp.array([10.0, 10.0])), [7.0, 6.0])
+    with pytest.raises(AssertionError):
+        ops.td_error(q_tm1, jnp.array([2, 0]), jnp.ones((2, 1)))
+    r, d = jnp.array([1.0, 1.0]), jnp.array([0.5, 0.5])
+    q_t = jnp.array([[7.0, 3.0, 1.0], [0.0, 2.0, 4.0]])
+    np.testing.assert_allclose(variant(ops.q_learning_target)(r, d, q_t), [1.0 + 0.5 * 7.0, 1.0 + 0.5 * 4.0])
+    legal = jnp.array([[False, True, True], [True, True, True]])
+    np.testing.assert_allclose(variant(ops.q_learning_target)(r, d, q_t, legal), [1.0 + 0.5 * 3.0, 1.0 + 0.5 * 4.0])
+
+
+def test_epsilon_greedy_explores_only_legal_actions():
+    """With a mask, a random action is uniform over the row's legal actions (all of them in
+    a row with none legal); the greedy action is the best legal one."""
+    q = jnp.array([[0.0, 9.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0]] * 500)
+    legal = jnp.array([[True, False, True, True], [False, False, False, False]] * 500)
+    explored = np.asarray(ops.epsilon_greedy(jax.random.key(3), q, 1.0, legal)).reshape(500, 2)
+    assert set(np.unique(explored[:, 0])) == {0, 2, 3}
+    assert set(np.unique(explored[:, 1])) == {0, 1, 2, 3}
+    np.testing.assert_array_equal(ops.epsilon_greedy(jax.random.key(4), q, 0.0, legal)[:2], [2, 0])

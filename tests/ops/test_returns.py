@@ -88,3 +88,11 @@ def test_discounted_returns_restart_after_each_episode_end(variant):
     with pytest.raises(AssertionError):
         discounted_returns(r[:, None], end[:, None], 0.5)
 
+
+def test_discounted_returns_keep_the_reward_dtype(variant):
+    """A bfloat16 reward gives bfloat16 returns: the restart mask and the initial carry take
+    the reward's dtype, not float32's."""
+    r = jnp.array([1.0, 2.0, 3.0], jnp.bfloat16)
+    returns = variant(discounted_returns)(r, jnp.array([True, False, False]), 0.5)
+    assert returns.dtype == jnp.bfloat16
+    np.testing.assert_allclose(np.asarray(returns, np.float32), [1.0, 2.0, 4.0])
