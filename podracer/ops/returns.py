@@ -66,6 +66,8 @@ def discounted_returns(r_t: Array, end_t: Array, gamma: float | Array) -> Array:
     # The initial carry varies over a mesh axis wherever either input does (a constant
     # reward may be device-invariant inside `shard_map` while the episode ends are not).
     return jax.lax.scan(forward, jnp.zeros_like(r_t[0] * keep[0]), (r_t, keep))[1]
+
+
 def lambda_returns(
     r_t: Array,
     discount_t: Array,
