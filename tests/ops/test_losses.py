@@ -23,8 +23,9 @@ def test_clipped_surrogate_hand_computed():
 
 def test_entropy_and_log_prob():
     logits = jnp.log(jnp.array([[0.5, 0.5], [0.25, 0.75]]))
-    np.testing.assert_allclose(entropy_loss(logits), -np.mean([np.log(2), -(0.25 * np.log(0.25) + 0.75 * np.log(0.75))]),
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        entropy_loss(logits), -np.mean([np.log(2), -(0.25 * np.log(0.25) + 0.75 * np.log(0.75))]), rtol=1e-6
+    )
     np.testing.assert_allclose(categorical_log_prob(logits, jnp.array([0, 1])), np.log([0.5, 0.75]), rtol=1e-6)
 
 
@@ -39,8 +40,9 @@ def test_entropy_and_log_prob_over_leading_axes():
     actions only and averaged over the rest."""
     probs = jnp.array([[[0.5, 0.5, 0.0], [0.25, 0.75, 0.0]], [[1.0, 0.0, 0.0], [0.2, 0.3, 0.5]]])
     logits = jnp.log(probs)
-    np.testing.assert_allclose(categorical_log_prob(logits, jnp.array([[1, 0], [0, 2]])),
-                               np.log([[0.5, 0.25], [1.0, 0.5]]), rtol=1e-6)
+    np.testing.assert_allclose(
+        categorical_log_prob(logits, jnp.array([[1, 0], [0, 2]])), np.log([[0.5, 0.25], [1.0, 0.5]]), rtol=1e-6
+    )
     p = np.asarray(probs)
     entropy = -np.sum(np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0), axis=-1)
     np.testing.assert_allclose(entropy_loss(logits), -np.mean(entropy), rtol=1e-6)
@@ -53,6 +55,23 @@ def test_clipped_value_loss_hand_computed():
     value, old, target = jnp.array([1.0, -0.25]), jnp.array([0.0, 0.0]), jnp.array([2.0, 1.0])
     np.testing.assert_allclose(clipped_value_loss(value, old, target, None), 0.5 * np.mean([1.0, 1.5625]))
     np.testing.assert_allclose(clipped_value_loss(value, old, target, 0.5), 0.5 * np.mean([2.25, 1.5625]))
+
+
+def test_clipped_value_loss_clips_a_value_moved_down():
+    """The lower clip: the value moved from 0 down to -1 with eps 0.1 is clipped to -0.1; its
+    target -2 lies below both, so the clipped error (1.9^2 = 3.61) is the max, not 1."""
+    loss = clipped_value_loss(jnp.array([-1.0]), jnp.array([0.0]), jnp.array([-2.0]), 0.1)
+    np.testing.assert_allclose(loss, 0.5 * 3.61, rtol=1e-6)
+
+
+def test_masked_logits_over_leading_axes():
+    """A mask `[T, B, A]`: only the `[t, b]` row with no legal action is made all legal, one
+    row at a time along the last axis."""
+    logits = jnp.arange(12.0).reshape(2, 2, 3)
+    legal = jnp.array([[[False, False, False], [True, False, False]], [[False, True, True], [True, True, True]]])
+    expected = np.where(np.asarray(legal), np.asarray(logits), -np.inf)
+    expected[0, 0] = np.asarray(logits[0, 0])
+    np.testing.assert_array_equal(masked_logits(logits, legal), expected)
 
 
 def test_masked_logits_keep_legal_actions_and_all_of_an_illegal_row():
