@@ -12,9 +12,11 @@ other off-default value runs as a program of its own.
 
 from __future__ import annotations
 
+import ast
 import copy
 import dataclasses
 import difflib
+import re
 import types
 import typing
 from typing import Any, Iterator, Literal
@@ -115,10 +117,24 @@ def valid_replacement(config: Any, **changes: Any) -> Any | None:
         return None
 
 
-def off_default_values(config: Any, field: str) -> list[Any]:
-    """Every candidate value of `field` (`candidates`) that `config` accepts."""
+def field_candidates(config: Any, field: str) -> list[Any]:
+    """`candidates` of a field of `config`; for a plain `str` field, the choices its check
+    lists when it refuses a value (`must be one of (...)`)."""
     annotation = typing.get_type_hints(type(config))[field]
-    return [v for v in candidates(annotation, getattr(config, field)) if valid_replacement(config, **{field: v})]
+    if annotation is not str:
+        return candidates(annotation, getattr(config, field))
+    try:
+        dataclasses.replace(config, **{field: "\x00"})
+    except ConfigError as error:
+        listed = re.search(r"one of \(([^)]*)\)", str(error))
+        if listed:
+            return [c for c in ast.literal_eval(f"({listed.group(1)},)") if c != getattr(config, field)]
+    return []
+
+
+def off_default_values(config: Any, field: str) -> list[Any]:
+    """Every candidate value of `field` (`field_candidates`) that `config` accepts."""
+    return [v for v in field_candidates(config, field) if valid_replacement(config, **{field: v})]
 
 
 def short_run_base(config: Any) -> Any:
@@ -295,10 +311,8 @@ def static_changes(config: Any, fields: list[str]) -> Iterator[tuple[str, dict[s
     where `config` accepts it, else with the first other field's off-default value that
     makes it acceptable (e.g. a setting that needs another mode on)."""
     others = [f.name for f in dataclasses.fields(config)]
-    hints = typing.get_type_hints(type(config))
     for field in fields:
-        annotation = hints[field]
-        for value in candidates(annotation, getattr(config, field)):
+        for value in field_candidates(config, field):
             if valid_replacement(config, **{field: value}) is not None:
                 yield field, {field: value}
                 continue
