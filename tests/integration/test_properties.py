@@ -230,7 +230,7 @@ def replay_streams(draw) -> tuple:
         n_step=n_step,
         gamma=0.9,
         buffer_size=size + draw(st.sampled_from([0, envs * length])),
-        batch_size=8,
+        batch_size=2,
         learning_starts=draw(st.sampled_from([envs * length, 10**9])),
         hidden_sizes=(8,),
     )

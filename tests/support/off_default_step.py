@@ -225,19 +225,22 @@ def coverage(algorithm: Algorithm, measure: Measure, fields: list[str] | None = 
     settings: list[tuple[str, Any, str]] = [(env_id, probe, env_id) for env_id in env_ids]
     switch: dict[int, bool] = {}
 
-    def tried(env_id: str, base: Any, where: str, field: str, changes: dict[str, Any], keep: bool) -> None:
+    def tried(env_id: str, base: Any, where: str, field: str, changes: dict[str, Any], keep: bool) -> bool:
+        """Whether the change ran (a setting the agent refuses, e.g. a torso for other
+        observations, does not count as a try)."""
         label = _label(changes, field) + f" ({where})"
         try:
             variant = dataclasses.replace(base, **changes)
             moved = measure.differs(base, variant, env_id, label)
         except ConfigError:
-            return  # a setting the agent refuses (a batch it cannot split, a torso for other observations)
+            return False
         if moved and field not in covered:
             covered[field] = label
         if keep:
             settings.append((env_id, variant, label))
             # A switch: a mode (bool, choice) or a feature off by default (0, None, ()) turned on.
             switch[id(settings[-1])] = not getattr(base, field) or not isinstance(changes[field], (int, float))
+        return True
 
     first = env_ids[0]
     traced: set[str] = set()
@@ -250,9 +253,12 @@ def coverage(algorithm: Algorithm, measure: Measure, fields: list[str] | None = 
                 covered.setdefault(next(iter(change)), _label(change) + f" ({env_id})")
     tries: dict[str, int] = {}
     for field, changes in static_changes(probe, [f for f in wanted if f not in traced]):
-        if field not in covered and tries.get(field, 0) < TRIES:
-            tries[field] = tries.get(field, 0) + 1
-            tried(first, probe, first, field, changes, keep=tries[field] == 1)
+        if isinstance(changes[field], str):  # a mode: every choice is a setting of its own
+            tried(first, probe, first, field, changes, keep=True)
+        elif field not in covered and tries.get(field, 0) < TRIES:
+            tries[field] = tries.get(field, 0) + tried(
+                first, probe, first, field, changes, keep=tries.get(field, 0) == 0
+            )
     left = [f for f in wanted if f not in covered]
     numeric = traceable_fields(probe, first, [f for f in numeric_fields(probe) if f in left]) if left else []
     reads = {id(s): reaching(s[1], s[0], numeric) for s in settings} if numeric else {}
@@ -265,10 +271,11 @@ def coverage(algorithm: Algorithm, measure: Measure, fields: list[str] | None = 
         switches = [s for s in near if s not in readers and s not in bases and switch[id(s)]]
         rest = [s for s in near if s not in readers + bases + switches][:TRIES]
         for env_id, base, where in readers + bases + switches + rest:
-            for count, (_, changes) in enumerate(static_changes(base, [field])):
+            count = 0
+            for _, changes in static_changes(base, [field]):
                 if field in covered or count >= TRIES:
                     break
-                tried(env_id, base, where, field, changes, keep=False)
+                count += tried(env_id, base, where, field, changes, keep=False)
             if field in covered:
                 break
     return covered
