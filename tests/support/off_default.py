@@ -123,6 +123,9 @@ def field_candidates(config: Any, field: str) -> list[Any]:
         listed = re.search(r"one of \(([^)]*)\)", str(error))
         if listed:
             return [c for c in ast.literal_eval(f"({listed.group(1)},)") if c != getattr(config, field)]
+        listed = re.search(r"one of ([\w, -]+), got", str(error))  # "one of a, b"
+        if listed:
+            return [c.strip() for c in listed.group(1).split(",") if c.strip() != getattr(config, field)]
     return []
 
 
