@@ -25,13 +25,20 @@ def check(ok: bool, field: str, requirement: str, value: Any) -> None:
         raise ConfigError(f"{field} {requirement}, got {value!r}")
 
 
+# The smallest normal float32 magnitude: a nonzero value below it is a float32 denormal or
+# rounds to 0, and accelerators (XLA on CPU and GPU included) flush denormals to 0.
+FLOAT32_TINY = 1.1754943508222875e-38
+
+
 def check_finite_floats(section: Any, prefix: str = "") -> None:
     """ConfigError naming the field unless every real number in the config tree `section`
-    (a float field, or an item of a tuple field) is finite.
+    (a float field, or an item of a tuple field) is finite, and 0 or a normal float32.
 
     One check for every section, built-in or a user algorithm's: a section's own checks
     catch NaN (every comparison with it fails) but not infinity (`inf > 0`), and an infinite
-    learning rate or coefficient gives NaN parameters only once training has compiled."""
+    learning rate or coefficient gives NaN parameters only once training has compiled. Nor
+    do they catch a value that passes `> 0` in Python but is 0 in the float32 a program
+    computes in (`adam_eps=1e-50` divides by zero on the first update)."""
     for field in dataclasses.fields(section):
         value = getattr(section, field.name)
         path = f"{prefix}{field.name}"
@@ -41,6 +48,9 @@ def check_finite_floats(section: Any, prefix: str = "") -> None:
         for item in value if isinstance(value, tuple) else (value,):
             if isinstance(item, numbers.Real) and not isinstance(item, numbers.Integral):
                 check(math.isfinite(item), path, "must be finite", value)
+                check(item == 0 or abs(item) >= FLOAT32_TINY, path,
+                      f"must be 0 or at least {FLOAT32_TINY:.4g} in magnitude (float32 rounds it to 0 or a denormal)",
+                      value)
 
 
 HOST_BACKENDS = ("auto", "envpool", "gymnasium", "jax")

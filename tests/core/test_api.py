@@ -134,6 +134,34 @@ def test_every_float_field_refuses_infinity_naming_it():
         from_dict(saved, (podracer.agents.PPOConfig, AnakinConfig))
 
 
+def test_every_float_field_refuses_what_float32_rounds_to_zero_naming_it():
+    """A positive step size or epsilon below float32's smallest normal number passes a
+    field's `> 0` check in Python but is 0 (or a denormal, which accelerators flush to 0)
+    in the program: `adam_eps=1.7e-69` divided by zero on the first update. Every float
+    of every section is refused there, naming the field; 0 and normal values are kept."""
+    import math
+    import typing
+
+    from anakin import AnakinConfig
+    from podracer.agents import algorithms
+    from podracer.config import Config
+
+    base = Config(agent=podracer.agents.PPOConfig(), arch=AnakinConfig())
+    for algorithm in algorithms().values():
+        section = algorithm.config()
+        hints = typing.get_type_hints(type(section))
+        for field in dataclasses.fields(section):
+            if float not in (hints[field.name], *typing.get_args(hints[field.name])):
+                continue
+            for value in (1.7e-69, -1e-40, 1e-45):  # refused by the float32 check or the field's own
+                with pytest.raises(ConfigError, match=rf"^agent.{field.name} "):
+                    dataclasses.replace(base, agent=dataclasses.replace(section, **{field.name: value}))
+    with pytest.raises(ConfigError, match=r"^agent.adam_eps must be 0 or at least 1.175e-38 .*got 1.7e-69$"):
+        Config(agent=podracer.agents.PPOConfig(adam_eps=1.7e-69), arch=AnakinConfig())
+    kept = Config(agent=podracer.agents.PPOConfig(adam_eps=1.2e-38, entropy_coef=0.0), arch=AnakinConfig())
+    assert kept.agent.adam_eps == 1.2e-38 and math.isfinite(kept.agent.adam_eps)
+
+
 def test_presets_are_one_module_per_algorithm():
     """Each `experiments/presets_<algorithm>.py` (beside `presets_common.py`, and
     `presets_suites.py` for the optional environment suites) is named after

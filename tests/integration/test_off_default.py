@@ -20,13 +20,16 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax
+import numpy as np
 import pytest
 
 from anakin import AnakinConfig
 from podracer.agents import algorithms
-from podracer.config import EnvConfig
+from podracer.config import Config, ConfigError, EnvConfig, LogConfig
+from sebulba import SebulbaConfig
+from sebulba import train as sebulba_train
 from tests.support.off_default import (
-    coverage,
     differs,
     env_for,
     numeric_fields,
@@ -34,9 +37,9 @@ from tests.support.off_default import (
     run,
     run_config,
     short_run_base,
-    traceable_fields,
     valid_replacement,
 )
+from tests.support.off_default_step import Measure, coverage, traceable_fields
 
 # field -> why no short Anakin run can show it, and which test covers it.
 EXEMPT = {
@@ -49,6 +52,9 @@ EXEMPT = {
     "EnvConfig.noop_max": "EnvPool's Atari games only: tests/envs/test_host.py",
     "EnvConfig.frame_skip": "EnvPool's Atari games only: tests/envs/test_host.py",
     "EnvConfig.frame_stack": "EnvPool's Atari games only: tests/envs/test_host.py",
+    "DQNConfig.torso_options": "options of a registered torso, `name=value` entries named by that torso's own "
+    "options class; the built-in registered torsos suit other observations than the probe environments': "
+    "tests/core/test_extension_points.py::test_a_registered_torso_takes_its_options_from_the_config",
     "EnvConfig.params": "names an environment's own parameters, no value fits every environment: "
     "tests/test_properties.py::test_env_params_of_every_jax_environment",
 }
@@ -88,18 +94,34 @@ def test_traced_hyperparameters_off_default_change_the_run(name):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1200)
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("name", ALGORITHMS)
-def test_every_agent_field_off_default_changes_the_run(name):
-    """Every field of the algorithm's config: some off-default value changes a short run,
-    in the base setting or in one with another field changed (found by `coverage`), and
-    no off-default run ends non-finite."""
+def test_every_agent_field_off_default_changes_the_step(name):
+    """Every field of the algorithm's config: some off-default value changes the traced
+    program of its cheapest step (init, rollout, update; `off_default_step.step`), in the
+    base setting or in one with another field changed (found by `coverage`); nothing is
+    compiled. A field that leaves the program identical is ignored."""
     algorithm = algorithms()[name]
-    covered, invalid = coverage(algorithm)
+    covered = coverage(algorithm, Measure(values=False))
     fields = [f.name for f in dataclasses.fields(algorithm.config)]
     missing = uncovered(algorithm.config.__name__, fields, covered)
-    assert not missing, f"{name}: no off-default value of {missing} changes a short run; covered: {covered}"
-    assert not invalid, f"{name}: non-finite runs: {invalid}"
+    assert not missing, f"{name}: no off-default value of {missing} changes the step; covered: {covered}"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("name", ALGORITHMS)
+def test_every_agent_field_off_default_changes_the_step_results(name):
+    """As above, by the step's results, compiled and run and compared bit for bit (the
+    traced numeric fields as members of one program), and no off-default step ends
+    non-finite."""
+    algorithm = algorithms()[name]
+    measure = Measure(values=True)
+    covered = coverage(algorithm, measure)
+    fields = [f.name for f in dataclasses.fields(algorithm.config)]
+    missing = uncovered(algorithm.config.__name__, fields, covered)
+    assert not missing, f"{name}: no off-default value of {missing} changes the step; covered: {covered}"
+    assert not measure.invalid, f"{name}: non-finite steps: {measure.invalid}"
 
 
 @pytest.mark.timeout(300)
@@ -140,3 +162,59 @@ def test_exemptions_name_existing_fields():
     for key in EXEMPT:
         section, _, field = key.partition(".")
         assert field in {f.name for f in dataclasses.fields(sections[section])}, key
+
+
+# Sebulba fields that set how fast a run goes, never what it learns: off their value, a run
+# stays valid and learns exactly what the default run learns. Every other field must change it.
+THROUGHPUT_ONLY = {
+    "actor_devices": "where the policy's inference runs: the same parameters act the same on any device",
+    "queue_size": "trajectories waiting per actor thread: with max_policy_lag 0 the actors wait for each update",
+    "env_threads": "EnvPool's worker threads per actor thread (a host backend without them ignores it)",
+    "layout": "'auto' chooses the thread fields for this host; num_envs, the batch, stays the user's",
+}
+
+
+def _sebulba_run(arch: SebulbaConfig) -> tuple[list[np.ndarray], list[int]]:
+    """Final learner parameters and metrics rows' env steps of a tiny Sebulba PPO run."""
+    agent = short_run_base(algorithms()["ppo"].default_probe_config())
+    steps = 12 * 8 * 4
+    config = Config(
+        env=EnvConfig("CartPole-v1"),
+        agent=dataclasses.replace(agent, num_minibatches=1),
+        arch=arch,
+        total_env_steps=steps,
+        log=LogConfig(console=False, tensorboard=False),
+    )
+    result = sebulba_train(config)
+    params = [np.asarray(x) for x in jax.tree.leaves(jax.device_get(result.state.params))]
+    assert all(np.isfinite(x).all() for x in params)
+    assert result.metrics[-1]["env_steps"] == steps  # counters exact
+    return params, [row["env_steps"] for row in result.metrics]
+
+
+@pytest.mark.timeout(300)
+def test_sebulba_fields_off_default_change_the_run_or_only_its_speed():
+    """Each field of `SebulbaConfig` at its first off-default value a tiny run accepts: a
+    field in `THROUGHPUT_ONLY` leaves what is learned identical (parameters bit for bit, the
+    same metrics rows); every other field changes the parameters or the rows."""
+    base = SebulbaConfig(num_envs=12, rollout_length=8, updates_per_log=2)
+    reference = _sebulba_run(base)
+    changed, unchanged = [], []
+    for field in dataclasses.fields(SebulbaConfig):
+        for value in off_default_values(base, field.name):
+            try:
+                outcome = _sebulba_run(dataclasses.replace(base, **{field.name: value}))
+            except ConfigError:
+                continue  # e.g. a device the batch does not split over: the next value
+            same = outcome[1] == reference[1] and all(
+                np.array_equal(a, b) for a, b in zip(outcome[0], reference[0], strict=True)
+            )
+            (unchanged if same else changed).append(f"{field.name}={value!r}")
+            break
+        else:
+            raise AssertionError(f"arch.{field.name}: no off-default value runs")
+    names = {entry.partition("=")[0] for entry in changed}
+    assert not names & set(THROUGHPUT_ONLY), f"throughput-only fields changed the run: {changed}"
+    assert all(entry.partition("=")[0] in THROUGHPUT_ONLY for entry in unchanged), (
+        f"off their value, these change nothing: {unchanged}"
+    )

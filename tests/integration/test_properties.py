@@ -13,6 +13,7 @@ import dataclasses
 import typing
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -21,10 +22,13 @@ from hypothesis import strategies as st
 from anakin import AnakinConfig
 from anakin import train as anakin_train
 from anakin.rollout import reset_envs, rollout
-from podracer.agents import algorithms, make_agent
+from podracer.agents import DQNConfig, algorithms, dqn, make_agent
 from podracer.config import Config, ConfigError, EnvConfig, LogConfig
 from podracer.envs import GYMNAX_IDS, make_jax_env
 from podracer.envs.params import with_params
+from podracer.replay import make_replay
+from podracer.types import DiscreteSpec, ObsSpec, Trajectory
+from tests.agents.test_dqn_nstep import random_stream
 from tests.support.off_default import annotation_kind, numeric_fields, short_run_base
 
 SETTINGS = settings(
@@ -212,3 +216,68 @@ def test_values_drawn_from_annotations_cover_the_kinds():
         hints = typing.get_type_hints(algorithm.config)
         unknown = [name for name, hint in hints.items() if annotation_kind(hint)[0] == "other"]
         assert not unknown, f"{algorithm.name}: no off-default values for {unknown}"
+
+
+@st.composite
+def replay_streams(draw) -> tuple:
+    """A DQN config (n-step 1..4, a buffer that holds the whole stream or more) and a
+    stream `[L, B]` of `B` environments cut into rollouts of `T`: observation `(t, b)`,
+    random rewards and episode ends of both kinds (`test_dqn_nstep.random_stream`)."""
+    n_step, envs, length = draw(st.integers(1, 4)), draw(st.sampled_from([1, 3])), draw(st.sampled_from([2, 4]))
+    rollouts = draw(st.integers(2, 5))
+    size = rollouts * length * envs
+    config = DQNConfig(
+        n_step=n_step,
+        gamma=0.9,
+        buffer_size=size + draw(st.sampled_from([0, envs * length])),
+        batch_size=2,
+        learning_starts=draw(st.sampled_from([envs * length, 10**9])),
+        hidden_sizes=(8,),
+    )
+    return config, random_stream(rollouts * length, envs, seed=draw(st.integers(0, 2**16))), length
+
+
+@pytest.mark.timeout(300)
+@SETTINGS
+@given(case=replay_streams())
+def test_replay_never_mixes_streams(case):
+    """Every n-step transition a DQN buffer holds, after updates that learn or not, is one
+    environment's: its observation is step `(t, b)` and its bootstrap observation is the
+    next observation of step `(t + k, b)`, the last of the k + 1 consecutive steps its
+    return sums (k < n, fewer where an episode ended); counters are exact (the buffer holds
+    every step pushed, the optimizer counted every gradient step)."""
+    config, stream, length = case
+    obs, reward, terminated, truncated, next_obs = stream
+    steps, envs = reward.shape
+    agent = dqn.make_dqn(
+        config, ObsSpec((2,), jnp.float32), DiscreteSpec(2), num_updates=steps // length, axis_name=None
+    )
+    state = jax.jit(agent.init)(jax.random.key(0))
+    update = jax.jit(agent.update)
+    for start in range(0, steps, length):
+        rows = slice(start, start + length)
+        traj = Trajectory(
+            obs[rows],
+            np.zeros((length, envs), np.int32),
+            reward[rows],
+            terminated[rows],
+            truncated[rows],
+            next_obs[rows],
+            {},
+        )
+        state, _ = update(state, traj, jax.random.key(start))
+    replay = make_replay(config.buffer_size, config.batch_size)
+    assert int(replay.size(state.local)) == steps * envs
+    sampleable = (steps - (config.n_step - 1)) * envs
+    items = jax.device_get(
+        jax.jit(dqn.transitions_at, static_argnums=(0, 3, 4))(replay, state.local, jnp.arange(sampleable), envs, config)
+    )
+    for slot in range(sampleable):
+        t, b = divmod(slot, envs)
+        np.testing.assert_array_equal(items.obs[slot], obs[t, b])
+        last = t
+        while last < t + config.n_step - 1 and not (terminated[last, b] or truncated[last, b]):
+            last += 1
+        np.testing.assert_array_equal(items.next_obs[slot], next_obs[last, b], err_msg=f"step {t, b}")
+        expected = sum(config.gamma ** (j - t) * reward[j, b] for j in range(t, last + 1))
+        np.testing.assert_allclose(items.reward[slot], expected, rtol=1e-5, atol=1e-5, err_msg=f"step {t, b}")

@@ -1,20 +1,18 @@
-"""The machinery of `tests/test_off_default.py`: off-default values derived from a config
-class's type annotations, and a short Anakin run that trains a default agent next to agents
-with one field changed each.
+"""Off-default values derived from a config class's type annotations, and the short Anakin
+run (`run`: the base config and, as population members of one compiled program, configs
+with one traced field off) of `tests/integration/test_off_default.py`.
 
-Nothing here names a field: values come from each field's annotation and current value,
-validity from the config's own `__post_init__` (a `ConfigError` rejects a candidate), and
-whether a field can be a traced value of one shared program from tracing it
-(`traceable_fields`). Fields that can are run as population members of one compiled
-program (`podracer.population`: member 0 the base config, member `i` one field off); every
-other off-default value runs as a program of its own.
+Nothing here names a field: values come from each field's annotation and current value
+(a plain string field from the choices its check lists), validity from the config's own
+`__post_init__` (a `ConfigError` rejects a candidate). The cheapest step that reads an
+agent's fields, and which fields change it, are `tests/support/off_default_step.py`'s.
 """
 
 from __future__ import annotations
 
-import copy
+import ast
 import dataclasses
-import difflib
+import re
 import types
 import typing
 from typing import Any, Iterator, Literal
@@ -26,11 +24,9 @@ import numpy as np
 from anakin import AnakinConfig
 from anakin import runner as anakin_runner
 from anakin.program import make_train_call
-from anakin.rollout import reset_envs, rollout
-from podracer.agents import Algorithm, algorithm_for, make_agent
+from podracer.agents import Algorithm, make_agent
 from podracer.config import Config, ConfigError, EnvConfig
-from podracer.envs import make_jax_env
-from podracer.population import TRACE_ERRORS, Population, member_config
+from podracer.population import Population, member_config
 from podracer.types import BoxSpec, DiscreteSpec
 
 # One short run: 4 environments on one device, `UPDATES` updates of `ROLLOUT` steps each.
@@ -115,10 +111,27 @@ def valid_replacement(config: Any, **changes: Any) -> Any | None:
         return None
 
 
-def off_default_values(config: Any, field: str) -> list[Any]:
-    """Every candidate value of `field` (`candidates`) that `config` accepts."""
+def field_candidates(config: Any, field: str) -> list[Any]:
+    """`candidates` of a field of `config`; for a plain `str` field, the choices its check
+    lists when it refuses a value (`must be one of (...)`)."""
     annotation = typing.get_type_hints(type(config))[field]
-    return [v for v in candidates(annotation, getattr(config, field)) if valid_replacement(config, **{field: v})]
+    if annotation is not str:
+        return candidates(annotation, getattr(config, field))
+    try:
+        dataclasses.replace(config, **{field: "\x00"})
+    except ConfigError as error:
+        listed = re.search(r"one of \(([^)]*)\)", str(error))
+        if listed:
+            return [c for c in ast.literal_eval(f"({listed.group(1)},)") if c != getattr(config, field)]
+        listed = re.search(r"one of ([\w, -]+), got", str(error))  # "one of a, b"
+        if listed:
+            return [c.strip() for c in listed.group(1).split(",") if c.strip() != getattr(config, field)]
+    return []
+
+
+def off_default_values(config: Any, field: str) -> list[Any]:
+    """Every candidate value of `field` (`field_candidates`) that `config` accepts."""
+    return [v for v in field_candidates(config, field) if valid_replacement(config, **{field: v})]
 
 
 def short_run_base(config: Any) -> Any:
@@ -144,70 +157,6 @@ def numeric_fields(config: Any) -> list[str]:
     """Fields annotated plain `int` or `float` (what a population can sweep)."""
     hints = typing.get_type_hints(type(config))
     return [f.name for f in dataclasses.fields(config) if hints[f.name] in (int, float)]
-
-
-def traceable_fields(config: Any, env_id: str, fields: list[str]) -> list[str]:
-    """Those of `fields` that `config`'s agent reads as traced values (no shape, no Python
-    branch): an init, rollout and update traced (nothing compiled) with them traced, the
-    culprits found by halving the set (`podracer.population.trace_check`'s test)."""
-    env = make_jax_env(env_id)
-    obs_spec, action_spec = env.observation_spec(None), env.action_spec(None)
-    hints = typing.get_type_hints(type(config))
-
-    def traces(names: list[str]) -> bool:
-        def one_iteration(hypers: dict[str, jax.Array], key: jax.Array) -> Any:
-            agent = make_agent(
-                member_config(config, hypers), obs_spec, action_spec, num_updates=UPDATES, axis_name=None
-            )
-            state = agent.init(key)
-            envs = reset_envs(env, None, key, NUM_ENVS, agent)
-            _, traj, _ = rollout(env, None, agent, state.params, envs, key, ROLLOUT)
-            return agent.update(state, traj, key)
-
-        hypers = {n: jax.ShapeDtypeStruct((), jnp.int32 if hints[n] is int else jnp.float32) for n in names}
-        try:
-            jax.eval_shape(one_iteration, hypers, jax.random.key(0))
-        except TRACE_ERRORS:
-            return False
-        return True
-
-    def split(names: list[str]) -> Iterator[str]:
-        if not names or traces(names):
-            yield from names
-        elif len(names) > 1:
-            yield from split(names[: len(names) // 2])
-            yield from split(names[len(names) // 2 :])
-
-    return list(split(fields))
-
-
-def fields_read(config: Any, env_id: str) -> set[str]:
-    """The fields of `config` that building its agent and tracing an init, a rollout and
-    an update read (nothing compiled): a field outside is ignored in this setting."""
-    env = make_jax_env(env_id)
-    obs_spec, action_spec = env.observation_spec(None), env.action_spec(None)
-    seen: set[str] = set()
-    names = {f.name for f in dataclasses.fields(config)}
-
-    class Recording(type(config)):  # type: ignore[misc]
-        def __getattribute__(self, name: str) -> Any:
-            if name in names:
-                seen.add(name)
-            return super().__getattribute__(name)
-
-    recording = copy.copy(config)
-    object.__setattr__(recording, "__class__", Recording)
-    algorithm = algorithm_for(config)
-
-    def one_iteration(key: jax.Array) -> Any:
-        agent = algorithm.make(recording, obs_spec, action_spec, num_updates=UPDATES, axis_name=None)
-        state = agent.init(key)
-        envs = reset_envs(env, None, key, NUM_ENVS, agent)
-        _, traj, _ = rollout(env, None, agent, state.params, envs, key, ROLLOUT)
-        return agent.update(state, traj, key)
-
-    jax.eval_shape(one_iteration, jax.random.key(0))
-    return seen
 
 
 @dataclasses.dataclass(frozen=True)
@@ -280,25 +229,13 @@ def run(config: Config, members: list[dict[str, Any]] | None = None) -> list[Out
     return [Outcome(jax.tree.map(lambda x: x[m], state), jax.tree.map(lambda x: x[m], metrics)) for m in range(count)]
 
 
-@dataclasses.dataclass(frozen=True)
-class Context:
-    """A setting in which fields are compared: an environment and a base agent config
-    (the algorithm's short-run probe config, or it with one field off its value)."""
-
-    env_id: str
-    base: Any
-    label: str
-
-
 def static_changes(config: Any, fields: list[str]) -> Iterator[tuple[str, dict[str, Any]]]:
     """`(field, changes)` for each off-default value of each of `fields`: the value alone
     where `config` accepts it, else with the first other field's off-default value that
     makes it acceptable (e.g. a setting that needs another mode on)."""
     others = [f.name for f in dataclasses.fields(config)]
-    hints = typing.get_type_hints(type(config))
     for field in fields:
-        annotation = hints[field]
-        for value in candidates(annotation, getattr(config, field)):
+        for value in field_candidates(config, field):
             if valid_replacement(config, **{field: value}) is not None:
                 yield field, {field: value}
                 continue
@@ -316,108 +253,3 @@ def static_changes(config: Any, fields: list[str]) -> Iterator[tuple[str, dict[s
                 if companion is not None:
                     yield field, {other: companion, field: value}
                     break
-
-
-def coverage(algorithm: Algorithm, fields: list[str] | None = None) -> tuple[dict[str, str], list[str]]:
-    """Which of `fields` (default: all) of `algorithm`'s config change a short run:
-    `(covered, invalid)`; covered: field -> the value and context that showed it; invalid:
-    the off-default runs that ended non-finite.
-
-    A field is covered when some off-default value of it changes the run's final state or
-    metrics, in the base context (the short-run probe config on each action space's
-    environment) or in a context with one other field off its value (where it is meant to
-    matter: a V-trace lambda with V-trace advantages). Fields traceable in a context run as
-    members of one program (compared with its member 0, bit for bit: the same program);
-    the others as programs of their own, compared with the context's own single run (the
-    same program but for the field), which are then the contexts of the rest.
-    """
-    probe = short_run_base(algorithm.default_probe_config())
-    env_ids = [ENVS[space] for space in (DiscreteSpec, BoxSpec) if space in algorithm.action_spaces]
-    wanted = fields if fields is not None else [f.name for f in dataclasses.fields(probe)]
-    covered: dict[str, str] = {}
-    invalid: list[str] = []
-    references: list[tuple[Context, Outcome]] = []
-
-    def single(context: Context) -> Outcome | None:
-        try:
-            outcome = run(run_config(context.base, context.env_id))[0]
-        except ConfigError:
-            return None  # a context the runner refuses (a torso for other observations)
-        if not outcome.finite():
-            invalid.append(context.label)
-        return outcome
-
-    def members(context: Context, only: list[str] | None = None) -> None:
-        pending = [f for f in numeric_fields(context.base) if f in (only or wanted) and f not in covered]
-        changes = []
-        try:
-            for field in traceable_fields(context.base, context.env_id, pending):
-                changes += [{field: value} for value in off_default_values(context.base, field)]
-        except ConfigError:
-            return
-        if not changes:
-            return
-        outcomes = run(run_config(context.base, context.env_id), changes)
-        for change, outcome in zip(changes, outcomes[1:]):
-            ((field, value),) = change.items()
-            if not outcome.finite():
-                invalid.append(f"{field}={value!r} ({context.label})")
-            elif field not in covered and differs(outcomes[0], outcome):
-                covered[field] = f"{field}={value!r} ({context.label})"
-
-    def changed(
-        context: Context, field: str, changes: dict[str, Any], reference: Outcome, keep: bool = True
-    ) -> Context | None:
-        label = _label(field, changes) + (f" ({context.label})" if context.base != probe else "")
-        variant = Context(context.env_id, dataclasses.replace(context.base, **changes), label)
-        outcome = single(variant)
-        if outcome is None:
-            return None
-        if field not in covered and differs(reference, outcome):
-            covered[field] = label
-        if keep:
-            references.append((variant, outcome))
-        return variant
-
-    for env_id in env_ids:
-        context = Context(env_id, probe, env_id)
-        reference = single(context)
-        references.append((context, reference))
-        members(context)
-    base, reference = references[0]
-    traced = traceable_fields(probe, env_ids[0], numeric_fields(probe))
-    for field, changes in static_changes(probe, [f for f in wanted if f not in traced]):
-        if field not in covered:
-            changed(base, field, changes, reference)
-    # What is left is meant to matter only in another setting: tried in the contexts that
-    # read it where the base does not, then the others, those whose change is nearest to
-    # its name first; members of a program where it can be traced, else programs of their own.
-    at_base = fields_read(probe, env_ids[0])
-    order = {id(context): fields_read(context.base, context.env_id) - at_base for context, _ in references}
-    for field in [f for f in wanted if f not in covered]:
-        ranked = sorted(
-            references[:], key=lambda item: (field not in order.get(id(item[0]), ()), -_nearness(field, item[0].label))
-        )
-        for context, reference in ranked:
-            if field in covered:
-                break
-            if field in numeric_fields(context.base) and field in traceable_fields(
-                context.base, context.env_id, [field]
-            ):
-                members(context, [field])
-                continue
-            tries = 0
-            for _, changes in static_changes(context.base, [field]):
-                tries += 1
-                if field in covered or tries > 3:
-                    break
-                changed(context, field, changes, reference, keep=False)
-    return covered, invalid
-
-
-def _nearness(field: str, label: str) -> float:
-    return difflib.SequenceMatcher(None, field, label.split("=")[0]).ratio()
-
-
-def _label(field: str, changes: dict[str, Any]) -> str:
-    return f"{field}={changes[field]!r}" + "".join(f", {k}={v!r}" for k, v in changes.items() if k != field)
