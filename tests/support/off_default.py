@@ -73,7 +73,8 @@ def candidates(annotation: Any, value: Any) -> list[Any]:
     elif kind == "literal":
         out = [choice for choice in args if choice != value]
     elif kind == "int":
-        out = [1, 2, value // 2, value + 1, value * 2, 16, 0, 3]
+        # last, a count far past the default: a threshold that smaller values all fall under
+        out = [1, 2, value // 2, value + 1, value * 2, 16, 0, 3, value * 8 + 64]
     elif kind == "float":
         out = (
             [value * 0.5, value * 2.0, 0.5, 0.1, 1.0, value + 0.5, value - 0.5, 0.0, -1.0]
