@@ -29,7 +29,7 @@ class Layout:
     env_threads: int  # EnvPool worker threads per actor thread (0: EnvPool's default)
     steps_per_update: int  # env steps per update, all processes: num_envs * rollout_length
     num_updates: int  # for the whole run
-    auto: Any = None  # `arch.layout="auto"`: the `sebulba.autolayout.LayoutChoice` these sizes come from
+    auto: Any = None  # `arch.layout="auto"`: the `sebulba.layout_choice.LayoutChoice` these sizes come from
 
     def actor_device_of(self, thread: int) -> jax.Device:
         return self.actor_devices[thread % len(self.actor_devices)]
@@ -67,7 +67,7 @@ def make_layout(config: Config, devices: Sequence[Any] | None = None, auto: Any 
     """Resolve devices and sizes; ConfigError (naming the field) if they cannot work.
 
     `devices` (one process's devices) overrides the discovered ones, for tests. `auto` (a
-    `sebulba.autolayout.LayoutChoice`) replaces the config's threads per actor device and
+    `sebulba.layout_choice.LayoutChoice`) replaces the config's threads per actor device and
     EnvPool threads; with `arch.layout="auto"` and no choice yet, one thread per actor
     device (the checks that hold for every split)."""
     arch: SebulbaConfig = config.arch

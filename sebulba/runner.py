@@ -28,9 +28,9 @@ from podracer.runner.hooks import MetricsCallback
 from podracer.types import ActionSpec, Agent, AgentState, BatchShape, ObservationSpec
 from sebulba import autolayout
 from sebulba.actor import Actor, make_policy_step
-from sebulba.autolayout import LayoutChoice
 from sebulba.config import SebulbaConfig
 from sebulba.layout import Layout, make_layout
+from sebulba.layout_choice import LayoutChoice
 from sebulba.learner import AXIS, Learner, LearnerState, make_update_step, state_specs, trajectory_sharding
 from sebulba.metrics import MetricsReporter
 from sebulba.params import ParamSource

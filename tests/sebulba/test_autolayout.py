@@ -9,7 +9,8 @@ import json
 import pytest
 
 from podracer.config import ConfigError
-from sebulba.autolayout import (
+from sebulba.config import SebulbaConfig
+from sebulba.layout_choice import (
     TIE,
     Budgets,
     Measurements,
@@ -19,7 +20,6 @@ from sebulba.autolayout import (
     predict,
     shortlist,
 )
-from sebulba.config import SebulbaConfig
 from tests.support.helpers import run_main
 
 STEP_BYTES = 2 * 4 * 84 * 84  # Atari: observation and next one, 4 stacked 84 x 84 frames
