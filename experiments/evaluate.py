@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from PIL import Image
 
-from experiments.train import load_run_config
+from experiments.run_dir import load_run_config
 from podracer.agents import make_agent
 from podracer.checkpoint import Checkpointer, NoCheckpointError, checkpoint_dir
 from podracer.config import Config, ConfigError

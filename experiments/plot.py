@@ -14,7 +14,7 @@ from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
-from experiments.train import load_run_config
+from experiments.run_dir import load_run_config
 from podracer.config import ConfigError
 from podracer.logging import read_jsonl
 

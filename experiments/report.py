@@ -27,7 +27,7 @@ import numpy as np
 
 from experiments.benchmarks.published import published
 from experiments.plot import default_labels
-from experiments.train import load_run_config
+from experiments.run_dir import load_run_config
 from podracer.config import ConfigError
 from podracer.logging import read_jsonl
 

@@ -29,8 +29,8 @@ from experiments.benchmarks import report
 from experiments.evaluate import evaluate
 from experiments.overrides import apply_overrides, split_overrides
 from experiments.presets import all_presets
+from experiments.run_dir import load_run_config
 from experiments.startup import first_difference
-from experiments.train import load_run_config
 from podracer.agents import algorithms
 from podracer.checkpoint import Checkpointer, checkpoint_dir
 from podracer.config import Config, ConfigError, to_dict

@@ -19,7 +19,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments import evaluate, train
+from experiments import evaluate
+from experiments import run_dir as run_dir_lib
 from experiments.prefix.builders import sklansky
 from experiments.prefix.cost_pools import make_pool
 from experiments.prefix.env import PrefixAdderEnv, jax_form_options
@@ -64,7 +65,7 @@ def greedy_graphs(env: PrefixAdderEnv, policy: Any, params: Any, weights: np.nda
 
 def collect_run_designs(run_dir: str, num_weights: int = 11, agent_seed: int = 0) -> dict[str, Any]:
     """Write `RUN_DIR/designs.jsonl` from greedy rollouts of the run's latest checkpoint."""
-    config = train.load_run_config(run_dir)
+    config = run_dir_lib.load_run_config(run_dir)
     spec = parse_host_id(config.env.id)
     if spec is None:
         raise ConfigError(f"{run_dir!r} trained on {config.env.id!r}, not a prefix-adder environment")

@@ -57,7 +57,7 @@ def test_the_batch_check_is_mandatory_and_the_record_validated():
 
 def test_register_one_call_and_everything_sees_it(capsys):
     from experiments.cli import main
-    from experiments.train import config_types
+    from experiments.run_dir import config_types
 
     with pytest.raises(ValueError, match="built-in"):
         register_algorithm(toy(name="ppo"))

@@ -14,7 +14,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from experiments.presets import all_presets
-from experiments.train import config_types
+from experiments.run_dir import config_types
 from podracer import config as config_lib
 from podracer import parallel
 from podracer.checkpoint import (

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
+from experiments import run_dir as run_dir_lib
 from experiments import train as train_lib
 from podracer.checkpoint import Checkpointer, CheckpointMismatchError, checkpoint_dir
 from podracer.config import ConfigError, to_dict
@@ -101,15 +102,15 @@ def test_resume_refuses_an_edited_config_naming_the_field():
     saved = json.loads(json.dumps(to_dict(TINY)))
     session = dataclasses.replace(TINY, run_dir="elsewhere", log=dataclasses.replace(TINY.log, console=True),
                                   checkpoint=dataclasses.replace(TINY.checkpoint, keep=5, every_updates=1))
-    train_lib.check_same_run(session, saved, 3)
-    train_lib.check_same_run(dataclasses.replace(TINY, seed=7), None, 3)  # saved by an older podracer: unchecked
+    run_dir_lib.check_same_run(session, saved, 3)
+    run_dir_lib.check_same_run(dataclasses.replace(TINY, seed=7), None, 3)  # saved by an older podracer: unchecked
     older = json.loads(json.dumps(saved))  # fields a later podracer added are at their defaults: not a difference
     del older["agent"]["learning_rate"], older["total_env_steps"]
-    train_lib.check_same_run(TINY, older, 3)
+    run_dir_lib.check_same_run(TINY, older, 3)
     # The budget (to train longer), devices and reporting cadence may change too.
     longer = dataclasses.replace(TINY, total_env_steps=2 * TINY.total_env_steps,
                                  arch=dataclasses.replace(TINY.arch, updates_per_call=4, devices=(1, 2, 3, 0)))
-    train_lib.check_same_run(longer, saved, 3)
+    run_dir_lib.check_same_run(longer, saved, 3)
     edits = {
         "seed is 7 but was 0": dataclasses.replace(TINY, seed=7),
         "arch.num_envs is 16 but was 8": dataclasses.replace(TINY, arch=dataclasses.replace(TINY.arch, num_envs=16)),
@@ -120,7 +121,7 @@ def test_resume_refuses_an_edited_config_naming_the_field():
     }
     for message, edited in edits.items():
         with pytest.raises(ConfigError, match=rf"checkpoint of update 3 was written with: {message}; a resume"):
-            train_lib.check_same_run(edited, saved, 3)
+            run_dir_lib.check_same_run(edited, saved, 3)
 
 
 def nan_after(update, agent_update):

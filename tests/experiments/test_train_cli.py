@@ -14,6 +14,7 @@ import jax
 import numpy as np
 import pytest
 
+from experiments import run_dir as run_dir_lib
 from experiments import train as train_lib
 from experiments.cli import main
 from experiments.signals import stop_on_signals
@@ -41,7 +42,7 @@ def cli(*args, **popen):
 
 def final_agent(run_dir):
     """The agent state (all seeds) of a run's latest checkpoint."""
-    config = train_lib.load_run_config(str(run_dir))
+    config = run_dir_lib.load_run_config(str(run_dir))
     env = make_jax_env(config.env.id)
     params = env.default_params
     agent = make_agent(config.agent, env.observation_spec(params), env.action_spec(params), num_updates=1,
@@ -78,7 +79,7 @@ def test_sigterm_then_resume_equals_the_uninterrupted_run(tmp_path):
     assert resumed.returncode == 0, err
     assert "done: 1,792 env steps" in out
 
-    config = train_lib.load_run_config(str(stopped_dir))
+    config = run_dir_lib.load_run_config(str(stopped_dir))
     assert (config.agent, config.arch) == (TINY.agent, TINY.arch)
     full = train_lib.train(dataclasses.replace(TINY, run_dir=str(tmp_path / "full")))
     assert comparable(read_rows(stopped_dir)) == comparable(full.metrics)
@@ -94,7 +95,7 @@ def trained_run(tmp_path_factory):
 
 def catch_agent(run_dir):
     """The agent of a Catch run directory (to build or read its parameters)."""
-    config = train_lib.load_run_config(str(run_dir))
+    config = run_dir_lib.load_run_config(str(run_dir))
     env = make_jax_env(config.env.id)
     return make_agent(config.agent, env.observation_spec(None), env.action_spec(None), num_updates=1, axis_name=None)
 
@@ -404,14 +405,14 @@ def test_cartpole_episode_renders_to_frames():
 def test_default_run_dirs_are_never_shared(tmp_path):
     """Runs started in the same second get their own default directories (`-2`, ...), and
     one that another run claimed in the meantime is refused rather than shared."""
-    first = train_lib.default_run_dir("ppo", root=str(tmp_path))
+    first = run_dir_lib.default_run_dir("ppo", root=str(tmp_path))
     os.makedirs(first)
-    second = train_lib.default_run_dir("ppo", root=str(tmp_path))
+    second = run_dir_lib.default_run_dir("ppo", root=str(tmp_path))
     assert second != first and os.path.basename(second).startswith(os.path.basename(first))
-    train_lib.prepare_run_dir(first, TINY, defaulted=True)
+    run_dir_lib.prepare_run_dir(first, TINY, defaulted=True)
     with pytest.raises(ConfigError, match="taken by another run started at the same moment"):
-        train_lib.prepare_run_dir(first, TINY, defaulted=True)
-    train_lib.prepare_run_dir(first, TINY)  # a directory the user names may be reused (no checkpoints)
+        run_dir_lib.prepare_run_dir(first, TINY, defaulted=True)
+    run_dir_lib.prepare_run_dir(first, TINY)  # a directory the user names may be reused (no checkpoints)
 
 
 @pytest.mark.parametrize("processes", [1, 2])

@@ -97,7 +97,7 @@ def test_normalizer_checkpoint_round_trip_and_evaluate(anakin_run):
     """The statistics are saved with the parameters, restored exactly, and `evaluate` uses
     them: the probe's observations (1 or 3) only make sense to the network normalised."""
     from experiments.evaluate import episode_returns, evaluate, load_policy, specs
-    from experiments.train import load_run_config
+    from experiments.run_dir import load_run_config
     from podracer.envs import make_jax_env
 
     run_dir, result = anakin_run

@@ -112,7 +112,7 @@ def test_greedy_designs_of_a_run_last_its_time_limit(tmp_path, monkeypatch):
     """`collect_run_designs` rolls the policy out for the run's own episode length
     (`env.max_episode_steps`), not the environment's default 2 N."""
     from experiments import evaluate
-    from experiments import train as train_lib
+    from experiments import run_dir as run_dir_lib
     from experiments.prefix import run_designs as prefix_run
 
     def first_legal(params, obs, key, core, start):  # adds a node every step, so each step is a new graph
@@ -120,7 +120,7 @@ def test_greedy_designs_of_a_run_last_its_time_limit(tmp_path, monkeypatch):
 
     config = Config(env=EnvConfig("PrefixAdder-8-w0.5", max_episode_steps=3), agent=DQNConfig(**SMALL),
                     arch=AnakinConfig())
-    monkeypatch.setattr(train_lib, "load_run_config", lambda run_dir: config)
+    monkeypatch.setattr(run_dir_lib, "load_run_config", lambda run_dir: config)
     monkeypatch.setattr(evaluate, "load_policy", lambda *args, **kwargs: evaluate.Loaded(
         config, evaluate.Policy(first_legal, lambda batch: (None, None)), {}, 0))
     collected = prefix_run.collect_run_designs(str(tmp_path))
@@ -168,7 +168,7 @@ def test_a_config_saved_with_the_prefix_fields_of_dqn_config_still_loads():
     `prefix_channels`) loads with them as `torso_options` and passes the resume check
     against its checkpoint's config; other DQN configs lose the two fields only."""
     from experiments.presets import all_presets
-    from experiments.train import check_same_run, config_types
+    from experiments.run_dir import check_same_run, config_types
     from podracer import config as config_lib
 
     for name, options in (("dqn-prefix16-front-sebulba", ["blocks=2", "channels=16"]), ("dqn-cartpole-anakin", [])):

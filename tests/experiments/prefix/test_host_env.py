@@ -335,7 +335,7 @@ def test_a_run_directory_records_the_synthesis_toolchain(tmp_path):
     whose rewards depend on the config alone writes none."""
     from experiments.overrides import apply_overrides
     from experiments.presets import PRESETS
-    from experiments.train import ENV_RECORD, check_env_record, prepare_run_dir
+    from experiments.run_dir import ENV_RECORD, check_env_record, prepare_run_dir
     from podracer.config import ConfigError
 
     config = apply_overrides(PRESETS["dqn-cartpole-sebulba"](), ["--env.id", "PrefixAdderSynth-8"])
