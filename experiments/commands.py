@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from typing import Callable
+from typing import Any, Callable
 
 from podracer.plugins import load_plugins
 
@@ -84,11 +84,7 @@ def register_command(command: Command, overwrite: bool = False) -> None:
     Raises:
         ValueError: the name is built-in, or taken and `overwrite` is not set.
     """
-    if command.name in BUILTIN_COMMANDS:
-        raise ValueError(f"command {command.name!r} is built-in; choose another name")
-    if command.name in _COMMANDS and not overwrite:
-        raise ValueError(f"command {command.name!r} is already registered; pass overwrite=True to replace it")
-    _COMMANDS[command.name] = command
+    _register(_COMMANDS, BUILTIN_COMMANDS, "command", command, overwrite)
 
 
 def register_bench_command(command: BenchCommand, overwrite: bool = False) -> None:
@@ -101,11 +97,17 @@ def register_bench_command(command: BenchCommand, overwrite: bool = False) -> No
     Raises:
         ValueError: the name is built-in, or taken and `overwrite` is not set.
     """
-    if command.name in BUILTIN_BENCH_COMMANDS:
-        raise ValueError(f"bench {command.name!r} is built-in; choose another name")
-    if command.name in _BENCH_COMMANDS and not overwrite:
-        raise ValueError(f"bench {command.name!r} is already registered; pass overwrite=True to replace it")
-    _BENCH_COMMANDS[command.name] = command
+    _register(_BENCH_COMMANDS, BUILTIN_BENCH_COMMANDS, "bench", command, overwrite)
+
+
+def _register(table: dict[str, Any], builtins: tuple[str, ...], kind: str, command: Any, overwrite: bool) -> None:
+    """Add `command` to `table` by its name, unless the name is built-in or (without
+    `overwrite`) taken: ValueError naming the `kind` and the name."""
+    if command.name in builtins:
+        raise ValueError(f"{kind} {command.name!r} is built-in; choose another name")
+    if command.name in table and not overwrite:
+        raise ValueError(f"{kind} {command.name!r} is already registered; pass overwrite=True to replace it")
+    table[command.name] = command
 
 
 def register_command_error(error_type: type[BaseException], status: int = 2,

@@ -26,14 +26,18 @@ from podracer.envs import (
 )
 from podracer.envs.host import host_backend, host_env_specs
 from podracer.networks.registry import register_torso, registered_torsos
+from podracer.plugins import load_plugins
 from podracer.types import DiscreteSpec, ObsSpec
 
 
 @pytest.fixture
 def fresh_registries(monkeypatch):
-    """Registrations made by a test are forgotten after it."""
+    """Registrations made by a test are forgotten after it. The installed plugins load first:
+    loaded during the test, into the copies, they would be forgotten with its registrations
+    while the process counts them as loaded."""
     import podracer.networks.registry
 
+    load_plugins()
     monkeypatch.setattr(families, "_JAX_FAMILIES", dict(families._JAX_FAMILIES))
     monkeypatch.setattr(families, "_HOST_FAMILIES", dict(families._HOST_FAMILIES))
     monkeypatch.setattr(podracer.networks.registry, "_TORSOS", dict(podracer.networks.registry._TORSOS))
