@@ -70,7 +70,7 @@ def _config(preset, env_id, tmp_path, devices=1, **agent):
     ("ppo-cartpole-anakin", "StructuredWalk-v0", {}),
     ("ppo-cartpole-anakin", "StructuredWalkNamed-v0", {"torso": "multi_encoder"}),
     ("impala-cartpole-anakin", "StructuredWalk-v0", {}),
-    ("dqn-cartpole-anakin", "StructuredWalk-v0", {"learning_starts": 64}),
+    pytest.param("dqn-cartpole-anakin", "StructuredWalk-v0", {"learning_starts": 64}, marks=pytest.mark.slow),
     ("pqn-cartpole-anakin", "StructuredWalkNoMask-v0", {}),
 ])
 def test_algorithms_train_on_structured_observations(preset, env_id, agent, tmp_path):

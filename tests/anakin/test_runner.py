@@ -96,6 +96,7 @@ def test_rollout_step_keys_are_one_split_of_the_rollout_key():
     np.testing.assert_array_equal(jax.random.key_data(step_keys(key, T, B)[1]), jax.random.key_data(env))
 
 
+@pytest.mark.slow
 def test_an_env_whose_step_loops_from_constants_runs_on_2_devices():
     """gymnax's Asterix-MinAtar starts a `while_loop` from constants and carries values that
     depend on the step's key: `shard_map`'s device-variance typing rejected it ("carry input

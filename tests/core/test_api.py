@@ -237,7 +237,7 @@ def test_import_podracer_is_light_and_reaches_the_library():
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
 
 
-@pytest.mark.parametrize("package", [True, False], ids=["package", "namespace"])
+@pytest.mark.parametrize("package", [pytest.param(True, marks=pytest.mark.slow), False], ids=["package", "namespace"])
 def test_api_uses_podracers_experiments_beside_a_folder_of_the_users(tmp_path, package):
     """From a directory with an `experiments/` folder of its own (first on sys.path for
     `python -c`), the API loads podracer's `experiments` package, the one beside `podracer/`;

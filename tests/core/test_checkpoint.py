@@ -163,6 +163,7 @@ def assert_latest_is_complete(directory, expected_step=None):
     return step
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_killed_while_writing_keeps_the_previous_checkpoint_latest(tmp_path):
     """SIGKILL inside a save (data written, rename pending) leaves step 1 the latest; then

@@ -218,6 +218,7 @@ def sweep_run(tmp_path_factory):
     return str(run_dir), train_lib.train(config)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_members_are_addressable_by_evaluate_plot_and_warm_start(sweep_run, capsys, tmp_path):
     import json

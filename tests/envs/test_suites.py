@@ -70,13 +70,14 @@ def _anakin(env_id, tmp_path, devices):
 
 
 @pytest.mark.parametrize("name", _params(SUITES))
-@pytest.mark.parametrize("devices", [1, 4])
+@pytest.mark.parametrize("devices", [1, pytest.param(4, marks=pytest.mark.slow)])
 def test_a_suite_trains_under_anakin(name, devices, tmp_path):
     result = podracer.train(_anakin(_suite(name), tmp_path, devices), console=False)
     assert result.metrics[-1]["env_steps"] == 128
     assert all(np.isfinite(row["loss"]) for row in result.metrics if "loss" in row)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", _params(SUITES))
 def test_a_suite_steps_under_sebulba_jax_backend(name, tmp_path):
     config = podracer.presets.get(

@@ -159,6 +159,7 @@ def test_non_finite_parameters_stop_the_run_and_keep_the_last_good_checkpoint(tm
     assert all(bool(jnp.isfinite(leaf).all()) for leaf in jax.tree.leaves(params))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_an_error_waits_for_the_host_call_in_flight(monkeypatch):
     """When a call's metrics are non-finite, the next call is already running (the pipeline

@@ -212,6 +212,7 @@ def test_generated_reference_covers_every_preset_field_and_command():
         assert f"reference/config/{page}.md" in pages
 
 
+@pytest.mark.slow
 def test_site_builds_strict(tmp_path):
     """`mkdocs build --strict`: a broken link, a missing anchor or an API entry that does not
     resolve fails it."""

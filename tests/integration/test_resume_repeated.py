@@ -83,6 +83,7 @@ def interrupted_anakin_run(config: Config, run_dir, first_budget: int):
     return sessions
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_sweep_population_resumed_three_times_across_a_larger_budget_is_exact(tmp_path):
     """A sweep of 2 learning rates x 2 seeds, trained to 4 updates, then raised to 12

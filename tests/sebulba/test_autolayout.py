@@ -177,6 +177,7 @@ def test_auto_layout_end_to_end(tmp_path, capsys):
     assert "layout auto: " in capsys.readouterr().out
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_bench_sebulba_json_keys(monkeypatch, capsys):
     """`bench sebulba --json` reports the limits and the diagnosis; with layout auto, the

@@ -19,6 +19,7 @@ def _counting_after(delay_s: float, counts: np.ndarray, stop: threading.Event) -
         time.sleep(0.001)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_measurement_waits_for_the_first_steps():
     """With a compile longer than the fixed warm-up, the window used to see no steps at

@@ -207,8 +207,13 @@ ALGORITHMS = {"sac": sac.ALGORITHM, "td3": td3.ALGORITHM}
 CASES = [(name, critic) for name in ALGORITHMS for critic in NEW_CRITICS]
 
 
+def cases(fast: tuple[str, str]) -> list:
+    """CASES with all but `fast` in the slow tier: each check compiles two whole runs."""
+    return [pytest.param(*case, marks=() if case == fast else pytest.mark.slow) for case in CASES]
+
+
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("name, critic", CASES)
+@pytest.mark.parametrize("name, critic", cases(fast=("td3", "crossq")))
 def test_update_on_four_devices_equals_the_global_batch_on_one(name, critic):
     """The contract suite's check with the new critics: CrossQ's batch statistics are
     averaged over devices, so 4 devices give the 1-device update, statistics included."""
@@ -216,7 +221,7 @@ def test_update_on_four_devices_equals_the_global_batch_on_one(name, critic):
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("name, critic", CASES)
+@pytest.mark.parametrize("name, critic", cases(fast=("td3", "distributional")))
 def test_anakin_and_sebulba_give_the_same_update(name, critic):
     anakin_vs_sebulba(variant(ALGORITHMS[name], critic), PROBE)
 

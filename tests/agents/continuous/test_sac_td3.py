@@ -179,6 +179,7 @@ def test_td3_updates_actor_and_targets_every_policy_delay_steps():
     assert actor == target_actor == target_critic == [False, True, False, True]
 
 
+@pytest.mark.slow
 def test_sac_temperature_moves_only_with_autotune():
     base = SACConfig(buffer_size=256, batch_size=32, learning_starts=0)
     tuned = one_update(base)[-1].opt_state.extra.log_temperature
@@ -253,6 +254,7 @@ def test_stop_and_resume_is_exact_with_the_buffers(config, tmp_path):
     assert_trees_equal(last.state, full.state)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("make", [SACConfig, TD3Config], ids=["sac", "td3"])
 def test_simba_torso_and_several_gradient_steps(make):
     """The SimBa torso (residual LayerNorm blocks) in actor and critics, 3 gradient steps per

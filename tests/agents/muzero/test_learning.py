@@ -36,6 +36,7 @@ def rollout(n: int, first_time: tuple[int, ...]) -> Trajectory:
                               "root_value": 0.01 * time.astype(np.float32)})
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_replayed_sequences_end_where_the_environments_restarted():
     """Each environment's last step stored before its restart is marked truncated and

@@ -72,6 +72,7 @@ def test_muzero_loss_matches_the_cross_entropies_by_hand():
     np.testing.assert_allclose(metrics["loss"], loss)
 
 
+@pytest.mark.slow
 def test_sequence_loss_is_muzero_loss_of_the_first_observations_unroll():
     """`sequence_loss` reads each sequence's first observation and first K actions, and
     passes the config's TD steps, discount, gradient scale, support and coefficients."""

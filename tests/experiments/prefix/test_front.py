@@ -50,6 +50,7 @@ def _check_front(run_dir, model_prefix: str) -> None:
     assert found_front(8, model) == []  # the run took the designs its environments found
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_front_restarting_run_writes_its_front_with_analytic_costs(tmp_path, monkeypatch):
     """The recommended front-restarting preset on 8-bit adders with analytic costs, 288 env

@@ -235,6 +235,7 @@ def test_synthesis_is_deterministic_across_calls_and_yosys_processes():
     assert third[:2] == first[:2]
 
 
+@pytest.mark.slow
 def test_a_yosys_process_does_not_grow_with_its_syntheses():
     """A long run's Yosys process frees what each synthesis made (about 0.1 MB a synthesis
     without Yosys's garbage collection of names)."""
