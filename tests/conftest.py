@@ -84,10 +84,11 @@ _TESTS = os.path.dirname(os.path.abspath(__file__))
 
 
 def pytest_collection_modifyitems(config, items):
-    """Mark each test with its top folder under tests/ (FOLDERS). Under pytest-xdist every
-    worker shares the machine's cores with the others, so a test takes up to that many times
-    longer: stretch each test's timeout (a guard against hangs, never a speed check) by the
-    number of workers."""
+    """Mark each test with its top folder under tests/ (FOLDERS). Under pytest-xdist, hand out
+    the slow tests first (longest first packs two workers best: the short tests fill in at the
+    end instead of one long test running alone), and, as every worker shares the machine's
+    cores with the others and a test takes up to that many times longer, stretch each test's
+    timeout (a guard against hangs, never a speed check) by the number of workers."""
     for item in items:
         folder = os.path.relpath(str(item.path), _TESTS).split(os.sep)[0]
         if folder in FOLDERS:
@@ -95,6 +96,7 @@ def pytest_collection_modifyitems(config, items):
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers <= 1:
         return
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: the file order within each tier
     default = float(config.getini("timeout") or 0)
     for item in items:
         marker = item.get_closest_marker("timeout")
