@@ -277,8 +277,8 @@ def train(
             if launched is None and (pending.checkpoint_after or stop or dispatched >= total
                                      or not pending.exploit_after):
                 hooks.save(checkpointed(state), progress)  # the state right after `pending` (and its PBT step)
-            if stop:
-                return TrainResult(rows, state, s.agent, stopped=True, env_steps=progress.env_steps)
+            if stop:  # a stop requested during the last call ends a finished run
+                return TrainResult(rows, state, s.agent, stopped=progress.updates < total, env_steps=progress.env_steps)
         if launched is None and dispatched >= total:
             return TrainResult(rows, state, s.agent, env_steps=progress.env_steps)
         pending = launched

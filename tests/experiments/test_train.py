@@ -56,6 +56,18 @@ def test_stop_and_resume_on_4_devices_is_exact(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("tiny-run")
+@pytest.mark.timeout(240)
+def test_a_stop_requested_during_the_last_call_reports_a_finished_run(tmp_path):
+    """TINY's 14 updates are 5 host calls; a stop polled true after the 5th is dispatched
+    ends the run where it would have ended anyway: not stopped, every env step done."""
+    result = train_lib.train(dataclasses.replace(TINY, run_dir=str(tmp_path / "run")), should_stop=StopAfter(4))
+    assert not result.stopped and result.env_steps == TINY.total_env_steps
+    early = train_lib.train(dataclasses.replace(TINY, run_dir=str(tmp_path / "early")), should_stop=StopAfter(3))
+    assert early.stopped and early.env_steps < TINY.total_env_steps
+
+
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_resume_with_another_config_is_a_clear_error(tmp_path):
     train_lib.train(dataclasses.replace(TINY, run_dir=str(tmp_path / "run")), should_stop=StopAfter(0))
