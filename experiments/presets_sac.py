@@ -43,7 +43,9 @@ def sac_inverted_pendulum_brax_anakin() -> Config:
     """SAC on Brax's inverted_pendulum (needs `pip install podracer[brax]`): a return is the
     number of steps the pole stays up, 1000 at most, so a CPU shows it learning. 8 envs x 8
     steps per update, 64 gradient steps of 256 each (replay ratio 256), 1k random env steps
-    first; 20k env steps. Measured on 2 shared CPU cores: docs/algorithms/sac_td3.md."""
+    first; 20k env steps. Measured, 2 seeds on 2 loaded CPU cores (docs/algorithms/sac_td3.md):
+    at 20k env steps the mean action balances for 1000 steps (the maximum) with one seed, for
+    101 with the other; 864 s of training for both."""
     return Config(
         env=EnvConfig("brax/inverted_pendulum"),
         agent=SACConfig(buffer_size=100_000, replay_ratio=REPLAY_RATIO, learning_starts=1_000),

@@ -48,8 +48,9 @@ def td3_halfcheetah_brax_anakin() -> Config:
     of its CheetahRun). Not FastTD3's: the actor shares the critics' widths (FastTD3's is
     512-256-128), exploration noise is one std (0.2) rather than one drawn per environment
     in [0.1, 0.4], and there is no observation normalisation or weight decay. 10M env steps.
-    On 2 CPU cores it only shows that it runs (docs/algorithms/sac_td3.md); its wall time
-    to a published return needs a GPU."""
+    Measured on 2 loaded CPU cores only (docs/algorithms/sac_td3.md): it runs, at about 32 s
+    per gradient step, too slow for a return (the first episodes end at 1M env steps); its
+    wall time to a published return needs a GPU."""
     return Config(
         env=EnvConfig("brax/halfcheetah"),
         agent=TD3Config(buffer_size=1024 * 10_240, batch_size=32_768, gradient_steps=2, learning_starts=10_240,
