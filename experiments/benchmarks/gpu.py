@@ -9,8 +9,10 @@ every part, so an interrupted benchmark keeps what it measured):
   hand-written reference (`experiments.benchmarks.reference_ppo`), their calls alternating
   as `bench anakin --compare-reference` does.
 - `anakin-cartpole`: the same on CartPole with 1024 agents (environments).
-- `brax`: PPO on a Brax task (`ppo-inverted-pendulum-brax-anakin`) when the brax extra
-  imports, else skipped with the reason; podracer has no SAC agent, which the record says.
+- `brax`: PPO (`ppo-inverted-pendulum-brax-anakin`, the record's own fields) and SAC
+  (`sac-inverted-pendulum-brax-anakin`, under `sac`; one gradient step per env step, so its
+  env steps/s are also gradient steps/s) on Brax's inverted_pendulum when the brax extra
+  imports, else skipped with the reason.
 - `sebulba-pong`: `bench sebulba` on `ppo-pong-sebulba-fast` (`--arch.layout auto`): env
   steps/s of the actors and of training against EnvPool's own rate on this host, with the
   layout chosen and why.
@@ -39,6 +41,7 @@ import jax
 from experiments.bench import bench_anakin
 from experiments.presets import PRESETS
 from experiments.train import train
+from podracer.agents import SACConfig
 from sebulba import bench
 
 STDERR_TAIL = 2000  # characters of a failed part's stderr kept in its record
@@ -71,18 +74,28 @@ def anakin_cartpole(smoke: bool, seconds: float) -> dict[str, Any]:
     return _anakin_vs_reference("ppo-cartpole-anakin", smoke, 16 if smoke else 1024, 1)
 
 
-def brax(smoke: bool, seconds: float) -> dict[str, Any]:
-    """PPO on a Brax task under Anakin, if the brax extra imports."""
-    record: dict[str, Any] = {"sac": "skipped: podracer has no SAC agent"}
-    if importlib.util.find_spec("brax") is None:
-        return {**record, "status": "skipped", "reason": "brax is not installed (pip install -e '.[brax]')"}
-    preset = "ppo-inverted-pendulum-brax-anakin"
+def _brax_anakin(preset: str, smoke: bool) -> dict[str, Any]:
+    """`bench_anakin` of a Brax preset on one device; with `smoke`, one update of 4 envs x 8
+    steps per call (SAC taking 2 gradient steps of 16 per update from the first)."""
     config = PRESETS[preset]()
     arch = dataclasses.replace(config.arch, devices=(0,))
+    agent = config.agent
     if smoke:
         arch = dataclasses.replace(arch, num_envs=4, updates_per_call=1, rollout_length=8)
-    return {**record, "preset": preset, **bench_anakin(dataclasses.replace(config, arch=arch),
-                                                       repeats=1 if smoke else 5)}
+        if isinstance(agent, SACConfig):
+            agent = dataclasses.replace(agent, learning_starts=0, batch_size=16, buffer_size=1024,
+                                        replay_ratio=None, gradient_steps=2)
+    config = dataclasses.replace(config, arch=arch, agent=agent)
+    return {"preset": preset, **bench_anakin(config, repeats=1 if smoke else 5)}
+
+
+def brax(smoke: bool, seconds: float) -> dict[str, Any]:
+    """PPO and SAC on a Brax task under Anakin, if the brax extra imports: PPO's record,
+    SAC's under `sac`."""
+    if importlib.util.find_spec("brax") is None:
+        return {"status": "skipped", "reason": "brax is not installed (pip install -e '.[brax]')"}
+    ppo = _brax_anakin("ppo-inverted-pendulum-brax-anakin", smoke)
+    return {**ppo, "sac": _brax_anakin("sac-inverted-pendulum-brax-anakin", smoke)}
 
 
 def _pong(smoke: bool) -> Any:
@@ -127,12 +140,12 @@ def sebulba_pong_curve(smoke: bool, seconds: float) -> dict[str, Any]:
             "final_env_steps": rows[-1]["env_steps"] if rows else 0}
 
 
-# Budgets sum to 7.5 minutes: what each needs on one H100 with its compilation, and the
-# process starts (~10 s each).
+# Budgets sum to 7.9 minutes: what each needs on one H100 with its compilation, and the
+# process starts (~10 s each); `brax` compiles two programs (PPO's and SAC's).
 PARTS: dict[str, Part] = {
     "anakin-minatar": Part(anakin_minatar, 70.0, 400.0),
     "anakin-cartpole": Part(anakin_cartpole, 50.0, 400.0),
-    "brax": Part(brax, 70.0, 400.0),
+    "brax": Part(brax, 95.0, 600.0),  # smoke: two Brax programs compile, ~300 s on 2 loaded cores
     "sebulba-pong": Part(sebulba_pong, 150.0, 400.0),
     "sebulba-pong-curve": Part(sebulba_pong_curve, 110.0, 400.0),
 }

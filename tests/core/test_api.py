@@ -311,6 +311,32 @@ def test_every_preset_passes_setup(name):
     runner.setup(config)
 
 
+def test_the_brax_presets_without_brax_fail_setup_with_one_line_naming_the_extra(monkeypatch):
+    """With Brax missing (its import refused, whether or not it is installed), every Brax
+    preset still builds its config, and Anakin's setup stops with a one-line ConfigError
+    that says which extra to install."""
+    import builtins
+
+    import anakin
+
+    brax_presets = sorted(name for name in PRESETS if "-brax-" in name)
+    assert brax_presets == ["ppo-inverted-pendulum-brax-anakin", "sac-inverted-pendulum-brax-anakin",
+                            "td3-halfcheetah-brax-anakin"]
+    real_import = builtins.__import__
+
+    def no_brax(name, *args, **kwargs):
+        if name == "brax" or name.startswith("brax."):
+            raise ImportError("No module named 'brax'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_brax)
+    for name in brax_presets:
+        assert PRESETS[name]().env.id.startswith("brax/")
+        with pytest.raises(ConfigError, match=r"pip install 'podracer\[brax\]'") as error:
+            anakin.runner.setup(PRESETS[name]())
+        assert "\n" not in str(error.value), name
+
+
 @pytest.mark.parametrize("name", sorted(all_presets()))
 def test_help_lists_every_field_of_every_preset(name):
     config = all_presets()[name]()
