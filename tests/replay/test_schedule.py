@@ -58,6 +58,7 @@ def run_updates(config: Config, updates: int, min_received: int, devices: int | 
             config.steps_per_update(16),
             16 * (devices or 1),
         )
+        assert s.num_steps.dtype == jnp.int32  # a loop's trip count
         return (
             s.env_steps,
             s.learner,
