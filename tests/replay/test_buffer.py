@@ -219,3 +219,65 @@ def test_the_gradient_step_loop_takes_the_steps_earned_and_averages_their_metric
         expected_draw = np.mean(draws[:num_steps]) if num_steps else 0.0
         np.testing.assert_allclose(metrics["count"], expected_count, rtol=1e-6)
         np.testing.assert_allclose(metrics["draw"], expected_draw, rtol=1e-6)
+
+
+def test_the_default_buffer_is_uniform_and_ignores_priorities():
+    replay = replay_lib.make_replay(capacity=4, batch_size=4)
+
+    @jax.jit
+    def drawn(key):
+        state = replay.add(replay.init(EXAMPLE), items([0, 1, 2, 3]))
+        state = replay.set_priorities(state, jnp.arange(4), jnp.array([1.0, 0.0, 0.0, 0.0]))
+        return jax.vmap(replay.sample, in_axes=(None, 0, None))(state, jax.random.split(key, 64), 0.4).items["id"]
+
+    # 64 batches of 4, 256 draws: an item missed with p = 4 * (3/4)**256 < 1e-31
+    assert set(np.asarray(drawn(jax.random.key(0))).ravel().tolist()) == {0, 1, 2, 3}
+
+
+def test_newest_gives_the_slots_of_the_last_items_oldest_first_across_the_wrap():
+    replay = replay_lib.make_replay(capacity=5, batch_size=2)
+
+    @jax.jit
+    def newest():  # item k in slot k % 5
+        state = replay.add(replay.add(replay.init(EXAMPLE), items([0, 1, 2])), items([3, 4, 5, 6]))
+        slots = replay.newest(state, 3)
+        return slots, replay.get(state, slots)["id"]
+
+    slots, ids = newest()
+    np.testing.assert_array_equal(slots, [4, 0, 1])
+    np.testing.assert_array_equal(ids, [4, 5, 6])
+
+
+def test_items_of_one_array_and_a_single_sampleable_item():
+    """An item may be a bare array (one leaf); with one item not held back, every draw is it."""
+    replay = replay_lib.make_replay(capacity=16, batch_size=16)
+
+    @jax.jit
+    def sample(key):
+        state = replay.add(replay.init(jnp.zeros(())), jnp.array([7.0, 8.0, 9.0]), hold_back=2)
+        return replay.sample(state, key, 0.4, hold_back=2)
+
+    sample = sample(jax.random.key(0))  # 16 draws: a second slot missed with p = 2**-16
+    np.testing.assert_array_equal(sample.items, 7.0)
+    np.testing.assert_array_equal(sample.indices, 0)
+
+
+def test_set_priorities_leaves_slots_past_the_items_held_at_zero():
+    replay = replay_lib.make_replay(capacity=4, batch_size=4, prioritized=True, priority_exponent=1.0)
+
+    @jax.jit
+    def tree():
+        state = replay.add(replay.init(EXAMPLE), items([0, 1]))
+        return replay.set_priorities(state, jnp.array([0, 3]), jnp.array([5.0, 9.0])).sum_tree_state
+
+    tree = tree()
+    np.testing.assert_array_equal(tree_levels(tree)[-1], [5.0, 1.0, 0.0, 0.0])
+    assert float(tree.max_recorded_priority) == 5.0
+
+
+def test_same_observations_compares_each_row_in_every_leaf():
+    a = {"x": np.array([[1, 2], [3, 4], [5, 6]]), "y": np.array([0.5, 1.5, 2.5])}
+    b = {"x": np.array([[1, 2], [3, 0], [5, 6]]), "y": np.array([0.5, 1.5, 9.0])}
+    same = jax.jit(replay_lib.same_observations)
+    np.testing.assert_array_equal(same(a, b), [True, False, False])
+    np.testing.assert_array_equal(same(a, a), [True, True, True])

@@ -4,6 +4,7 @@ the batch checks, and IMPALA and PPO-with-V-trace with replay on both architectu
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import jax
 import jax.numpy as jnp
@@ -12,7 +13,8 @@ import pytest
 
 from podracer.agents import ImpalaConfig, PPOConfig, algorithms
 from podracer.config import ConfigError
-from podracer.replay.mixing import replayed_per_update, with_replay
+from podracer.replay.mixing import check_replay, replayed_per_update, with_replay
+from podracer.replay.sequence import max_capacity
 from podracer.types import Agent, AgentState, BatchShape, ObsSpec, Trajectory
 from tests.support.contract_helpers import anakin_vs_sebulba
 
@@ -190,3 +192,47 @@ def test_sebulba_run_with_replay_fills_each_learners_buffer(tmp_path, capsys):
     sizes = [row["replay_size"] for row in rows]
     assert sizes == sorted(sizes) and sizes[-1] > sizes[0] > 0, sizes
     assert all(np.isfinite(row["loss"]) for row in rows)
+
+
+def test_check_replay_returns_the_replayed_sequences_and_names_the_field_and_value():
+    batch = BatchShape(8, 4)
+    assert check_replay(0.5, 32, batch) == 4
+    with pytest.raises(ConfigError, match=r"^agent\.replay_fraction must make .*, got 0\.3$"):
+        check_replay(0.3, 32, batch)
+    with pytest.raises(ConfigError, match=r"^fraction must make"):
+        check_replay(0.3, 32, batch, field="fraction")
+    limit = max_capacity(4)
+    message = (f"agent.replay_capacity must be <= {limit} to sample 4 sequences per update exactly "
+               f"(podracer.replay.sequence.max_capacity), got {limit + 1}")
+    with pytest.raises(ConfigError, match=f"^{re.escape(message)}$"):
+        check_replay(0.5, limit + 1, batch)
+    assert check_replay(0.5, limit, batch) == 4
+
+
+def test_the_buffer_is_made_with_the_agents_init_key_and_the_shapes_act_returns():
+    """`init` and `act` are traced with real keys (an agent that draws needs one), and a stored
+    step's action and extras have `act`'s shapes without the batch axis: a vector action `[3]`."""
+
+    def init(key):
+        return AgentState(params={"w": jax.random.normal(key, ())}, opt_state=(), update_count=jnp.int32(0))
+
+    def act(params, obs, key):
+        n = obs.shape[0]
+        return jnp.zeros((n, 3)), {"log_prob": jax.random.uniform(key, (n,)), "logits": jnp.zeros((n, 4))}
+
+    agent = with_replay(recording_agent()._replace(init=init, act=act), 0.5, capacity=12,
+                        obs_spec=ObsSpec((2,), jnp.float32), axis_name=None)
+    stored = jax.eval_shape(agent.init, jax.random.key(0)).local.experience
+    assert stored.action.shape == (1, 12, 3)
+    assert stored.extras["log_prob"].shape == (1, 12) and stored.extras["logits"].shape == (1, 12, 4)
+
+
+def test_the_inner_update_gets_a_key():
+    def update(state, traj, key):
+        return state, {"draw": jax.random.uniform(key)}
+
+    agent = with_replay(recording_agent()._replace(update=update), 0.5, capacity=5 * T * B,
+                        obs_spec=ObsSpec((2,), jnp.float32), axis_name=None)
+    key = jax.random.key(0)
+    _, metrics = jax.eval_shape(agent.update, jax.eval_shape(agent.init, key), rollout(0), key)
+    assert metrics["draw"].shape == () and metrics["draw"].dtype == jnp.float32

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from podracer.replay.sequence import make_sequence_replay, same_episode, stratified_starts
+from podracer.replay.sequence import make_sequence_replay, max_capacity, same_episode, stratified_starts
 
 
 class Step(NamedTuple):
@@ -155,3 +155,17 @@ def test_stratified_starts_are_exact_when_the_starts_divide_the_batch():
     assert ((many >= i * n // b) & (many < ((i + 1) * n + b - 1) // b)).all()
     counts = np.bincount(many.ravel(), minlength=n)
     assert counts.min() > 0.7 * counts.mean() and counts.max() < 1.3 * counts.mean(), counts
+
+
+def test_the_capacity_limit_is_the_largest_that_samples_exactly():
+    """`max_capacity(b) = 2**31 - 1 - b**2`: a buffer of that capacity can be made, one more is an error."""
+    assert max_capacity(4) == 2**31 - 17
+    make_sequence_replay(max_capacity(4), 2, 4)
+    with pytest.raises(ValueError, match="too large"):
+        make_sequence_replay(max_capacity(4) + 1, 2, 4)
+
+
+def test_a_buffer_of_one_step_holds_and_samples_it():
+    replay = make_sequence_replay(1, 1, 2)
+    drawn = jax.jit(lambda key: replay.sample(replay.add(replay.init(EXAMPLE), rollout(5, 1, 1)), key, 1))
+    np.testing.assert_array_equal(drawn(jax.random.key(0)).items.time, [[5, 5]])
