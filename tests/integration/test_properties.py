@@ -22,12 +22,12 @@ from hypothesis import strategies as st
 from anakin import AnakinConfig
 from anakin import train as anakin_train
 from anakin.rollout import reset_envs, rollout
-from podracer.agents import DQNConfig, algorithms, dqn, make_agent
+from podracer.agents import algorithms, dqn, make_agent
 from podracer.config import Config, ConfigError, EnvConfig, LogConfig
 from podracer.envs import GYMNAX_IDS, make_jax_env
 from podracer.envs.params import with_params
 from podracer.replay import make_replay
-from podracer.types import DiscreteSpec, ObsSpec, Trajectory
+from podracer.types import BoxSpec, DiscreteSpec, ObsSpec, Trajectory
 from tests.agents.test_dqn_nstep import random_stream
 from tests.support.off_default import annotation_kind, numeric_fields, short_run_base
 
@@ -218,15 +218,22 @@ def test_values_drawn_from_annotations_cover_the_kinds():
         assert not unknown, f"{algorithm.name}: no off-default values for {unknown}"
 
 
+# The algorithms whose buffer holds single steps and forms n-step targets when it samples
+# (DQN's `transitions_at`): DQN, and SAC and TD3 with float actions.
+N_STEP_REPLAY = {"dqn": DiscreteSpec(2), "sac": BoxSpec((1,), -1.0, 1.0), "td3": BoxSpec((1,), -1.0, 1.0)}
+
+
 @st.composite
-def replay_streams(draw) -> tuple:
-    """A DQN config (n-step 1..4, a buffer that holds the whole stream or more) and a
-    stream `[L, B]` of `B` environments cut into rollouts of `T`: observation `(t, b)`,
-    random rewards and episode ends of both kinds (`test_dqn_nstep.random_stream`)."""
+def replay_streams(draw, name: str) -> tuple:
+    """A config of algorithm `name` (n-step 1..4, a buffer that holds the whole stream or
+    more, learning from the first update or never) and a stream `[L, B]` of `B` environments
+    cut into rollouts of `T`: observation `(t, b)`, random rewards and episode ends of both
+    kinds (`test_dqn_nstep.random_stream`)."""
     n_step, envs, length = draw(st.integers(1, 4)), draw(st.sampled_from([1, 3])), draw(st.sampled_from([2, 4]))
     rollouts = draw(st.integers(2, 5))
     size = rollouts * length * envs
-    config = DQNConfig(
+    config = dataclasses.replace(
+        algorithms()[name].default_probe_config(),
         n_step=n_step,
         gamma=0.9,
         buffer_size=size + draw(st.sampled_from([0, envs * length])),
@@ -239,32 +246,45 @@ def replay_streams(draw) -> tuple:
 
 @pytest.mark.timeout(300)
 @SETTINGS
-@given(case=replay_streams())
-def test_replay_never_mixes_streams(case):
+@given(data=st.data())
+def test_replay_never_mixes_streams(data):
     """Every n-step transition a DQN buffer holds, after updates that learn or not, is one
-    environment's: its observation is step `(t, b)` and its bootstrap observation is the
-    next observation of step `(t + k, b)`, the last of the k + 1 consecutive steps its
-    return sums (k < n, fewer where an episode ended); counters are exact (the buffer holds
-    every step pushed, the optimizer counted every gradient step)."""
-    config, stream, length = case
+    environment's (`check_replay_streams`)."""
+    check_replay_streams("dqn", data)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name", ["sac", "td3"])
+@settings(SETTINGS, max_examples=3)
+@given(data=st.data())
+def test_continuous_replay_never_mixes_streams(name, data):
+    """As DQN's, for SAC's and TD3's buffers of float actions (`check_replay_streams`)."""
+    check_replay_streams(name, data)
+
+
+def check_replay_streams(name: str, data: st.DataObject) -> None:
+    """Every n-step transition a buffer of algorithm `name` holds, after updates that learn or
+    not, is one environment's: its observation is step `(t, b)`, its bootstrap observation
+    the next observation of step `(t + k, b)`, the last of the k + 1 consecutive steps its
+    return sums (k < n, fewer where an episode ended or was truncated), and it bootstraps
+    with `gamma ** (k + 1)` unless that step terminated (then 0); counters are exact (the
+    buffer holds every step pushed)."""
+    config, stream, length = data.draw(replay_streams(name))
     obs, reward, terminated, truncated, next_obs = stream
     steps, envs = reward.shape
-    agent = dqn.make_dqn(
-        config, ObsSpec((2,), jnp.float32), DiscreteSpec(2), num_updates=steps // length, axis_name=None
-    )
+    action_spec = N_STEP_REPLAY[name]
+    agent = make_agent(config, ObsSpec((2,), jnp.float32), action_spec, num_updates=steps // length, axis_name=None)
     state = jax.jit(agent.init)(jax.random.key(0))
     update = jax.jit(agent.update)
+    actions = (
+        np.zeros((length, envs), np.int32)
+        if isinstance(action_spec, DiscreteSpec)
+        else np.zeros((length, envs, *action_spec.shape), np.float32)
+    )
     for start in range(0, steps, length):
         rows = slice(start, start + length)
-        traj = Trajectory(
-            obs[rows],
-            np.zeros((length, envs), np.int32),
-            reward[rows],
-            terminated[rows],
-            truncated[rows],
-            next_obs[rows],
-            {},
-        )
+        traj = Trajectory(obs[rows], actions, reward[rows], terminated[rows], truncated[rows], next_obs[rows], {})
         state, _ = update(state, traj, jax.random.key(start))
     replay = make_replay(config.buffer_size, config.batch_size)
     assert int(replay.size(state.local)) == steps * envs
@@ -281,3 +301,5 @@ def test_replay_never_mixes_streams(case):
         np.testing.assert_array_equal(items.next_obs[slot], next_obs[last, b], err_msg=f"step {t, b}")
         expected = sum(config.gamma ** (j - t) * reward[j, b] for j in range(t, last + 1))
         np.testing.assert_allclose(items.reward[slot], expected, rtol=1e-5, atol=1e-5, err_msg=f"step {t, b}")
+        discount = 0.0 if terminated[last, b] else config.gamma ** (last - t + 1)
+        np.testing.assert_allclose(items.discount[slot], discount, rtol=1e-6, err_msg=f"step {t, b}")
