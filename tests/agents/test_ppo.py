@@ -349,3 +349,28 @@ def test_the_registered_probe_config_is_the_one_these_probes_train():
     from podracer.agents.ppo import ALGORITHM
 
     assert ALGORITHM.probe_config() == FAST
+
+
+@pytest.mark.slow
+def test_a_latent_learns_with_the_configured_reconstruction_loss():
+    """One epoch of one minibatch: the logged `reconstruction_loss` is the loss at the update's
+    start, the model's sigmoid cross-entropy of 0/1 observations (not the squared error)."""
+    from podracer.agents.actor_critic import make_actor_critic_model
+    from podracer.agents.policies import policy_for
+    from podracer.agents.ppo import make_ppo
+    from podracer.types import Trajectory
+
+    obs_spec, action_spec = ObsSpec((3,), jnp.float32), DiscreteSpec(2)
+    config = PPOConfig(latent_size=4, shared_torso=True, reconstruction="sigmoid_ce", num_epochs=1,
+                       num_minibatches=1, hidden_sizes=(4,))
+    agent = make_ppo(config, obs_spec, action_spec, num_updates=1)
+    state = agent.init(jax.random.key(0))
+    obs = (np.random.default_rng(0).uniform(size=(3, 2, 3)) < 0.5).astype(np.float32)
+    zeros = np.zeros((2, 2), np.float32)
+    traj = Trajectory(obs[:2], zeros.astype(np.int32), zeros, zeros.astype(bool), zeros.astype(bool), obs[1:],
+                      {"log_prob": zeros, "value": zeros})
+    _, metrics = jax.jit(agent.update)(state, traj, jax.random.key(1))
+    model = make_actor_critic_model("mlp", (4,), "tanh", True, obs_spec, action_spec, policy_for(action_spec),
+                                    latent_size=4, reconstruction="sigmoid_ce")
+    expected = model.train_forward(state.params, jnp.asarray(obs[:2].reshape(4, 3)))[2]
+    np.testing.assert_allclose(metrics["reconstruction_loss"], expected, rtol=1e-5)
