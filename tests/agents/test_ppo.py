@@ -324,7 +324,7 @@ def test_gae_values_reuse_the_actors_values_only_when_they_are_the_learners(acto
     zeros = np.zeros((T, B), np.float32)
     extras = {} if actor == "no_values" else {"value": jnp.asarray(behaviour)}
     traj = Trajectory(obs, zeros.astype(np.int32), zeros, zeros.astype(bool), truncated, next_obs, extras)
-    got_value, got_next, recomputed = gae_values(net, learner, traj)
+    got_value, got_next, recomputed = jax.jit(gae_values, static_argnums=0)(net, learner, traj)
     expected_value = behaviour if actor == "learner" else value
     expected_next = np.concatenate([expected_value[1:], next_value[-1:]])
     expected_next[1, 1] = next_value[1, 1]
