@@ -19,7 +19,7 @@ from podracer.agents.sgd import check_step_metrics
 from podracer.config import Config, ConfigError, EnvConfig
 from podracer.counters import Count
 from podracer.envs import make_jax_env
-from podracer.replay import ReplaySample, Transition
+from podracer.replay import ReplaySample, Transition, make_replay
 from podracer.types import BatchShape, DiscreteSpec, ObsSpec, Trajectory
 from tests.support.helpers import tree_allclose
 
@@ -260,3 +260,42 @@ def test_per_step_metrics_must_be_declared_as_step_metrics(monkeypatch):
     with pytest.raises(TypeError, match="list every per-step metric"):
         jax.eval_shape(agent.update, jax.eval_shape(agent.init, jax.random.key(0)), numbered_trajectory(4, 5),
                        jax.random.key(1))
+
+
+@pytest.mark.parametrize("learning_starts, n_step, T, B, devices", [
+    (0, 1, 4, 2, 1), (100, 1, 4, 2, 1), (100, 1, 4, 2, 4), (0, 6, 2, 3, 1), (10, 6, 2, 3, 2), (64, 3, 8, 8, 1),
+])
+def test_learning_starts_at_the_first_update_with_enough_steps(learning_starts, n_step, T, B, devices):
+    """`learning_updates` against a count by hand: the first update that learns is the first
+    whose env steps (all devices) reach `learning_starts` and whose `T * B` steps per device
+    leave one past the newest `n - 1` of each environment held back."""
+    config = DQNConfig(learning_starts=learning_starts, n_step=n_step)
+    first = next(k for k in range(1, 1000)
+                 if k * T * B * devices >= learning_starts and k * T * B > (n_step - 1) * B)
+    assert dqn.learning_updates(config, 50, T, B, devices) == 50 - first + 1
+
+
+def test_the_registered_probe_config():
+    assert dqn.ALGORITHM.probe_config() == DQNConfig(
+        learning_rate=1e-3, buffer_size=4_096, batch_size=64, gradient_steps=2, learning_starts=512,
+        target_update_period=50, epsilon_start=1.0, epsilon_end=0.05, epsilon_decay_steps=4_000, hidden_sizes=(32,),
+        gamma=0.9)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n_step", [1, 2])
+def test_sampling_holds_back_only_the_newest_n_minus_1_steps_of_each_environment(n_step):
+    """4 steps of 2 environments in a buffer of 8: n-step transitions are drawn from every
+    step but the newest `n - 1` of each environment (whose successors are still to come);
+    40 uniform samples of 8 miss a sampleable slot with probability below 1e-17."""
+    L, B = 4, 2
+    config = DQNConfig(n_step=n_step, buffer_size=L * B, batch_size=L * B, hidden_sizes=(4,))
+    replay = make_replay(config.buffer_size, config.batch_size)
+    local = replay.init(dqn._example_step(ObsSpec((2,), jnp.float32)))
+    false = jnp.zeros(L * B, bool)
+    obs = jnp.zeros((L * B, 2))
+    local = replay.add(local, dqn.Step(obs, jnp.zeros(L * B, jnp.int32), jnp.arange(L * B, dtype=jnp.float32),
+                                       false, false, obs, false))
+    keys = jax.random.split(jax.random.key(0), 40)
+    drawn = jax.vmap(lambda key: dqn.sample_transitions(replay, local, key, 0.4, B, config).indices)(keys)
+    assert set(np.asarray(drawn).ravel().tolist()) == set(range((L - (n_step - 1)) * B))

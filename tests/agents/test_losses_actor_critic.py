@@ -76,6 +76,7 @@ def ppo_oracle(config: PPOConfig) -> dict[str, float]:
         "value_loss": value,
         "entropy": entropy,
         "clip_fraction": np.mean(np.abs(RATIO - 1) > eps),
+        "approx_kl": np.mean((RATIO - 1) - np.log(RATIO)),
     }
 
 
@@ -85,7 +86,7 @@ def test_ppo_loss_matches_the_clipped_objective_by_hand(clip_value):
     loss, metrics = jax.jit(lambda p, b: ppo_loss(p, ppo_forward, Categorical(), b, config))(PPO_PARAMS, ppo_batch())
     expected = ppo_oracle(config)
     np.testing.assert_allclose(loss, expected["loss"], rtol=1e-5)
-    for name in ("pg_loss", "value_loss", "entropy", "clip_fraction"):
+    for name in ("pg_loss", "value_loss", "entropy", "clip_fraction", "approx_kl"):
         np.testing.assert_allclose(metrics[name], expected[name], rtol=1e-5, err_msg=name)
     np.testing.assert_allclose(metrics["reconstruction_loss"], RECONSTRUCTION)
     np.testing.assert_allclose(metrics["loss"], loss)
