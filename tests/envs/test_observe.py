@@ -101,10 +101,10 @@ class _Scaled(JaxEnv):
     """Observations that depend on the parameters (a scale) and on the key of each call."""
 
     def reset_env(self, key, params):
-        return jnp.zeros(()), params * (jnp.arange(4.0) + jax.random.uniform(key))
+        return jnp.zeros(()), params * (jnp.arange(4.0) + jax.random.key_data(key)[-1])
 
     def step_env(self, key, state, action, params):
-        return state + 1, params * (jnp.arange(4.0) - jax.random.uniform(key)), jnp.float32(1), state > 2
+        return state + 1, params * (jnp.arange(4.0) - jax.random.key_data(key)[-1]), jnp.float32(1), state > 2
 
     def observation_spec(self, params):
         return ObsSpec((4,), np.dtype(np.float32))
@@ -113,11 +113,15 @@ class _Scaled(JaxEnv):
 def test_observed_jax_env_passes_the_key_and_parameters_on():
     inner = _Scaled()
     env = ObservedJaxEnv(inner, (3, 1), "Scaled")
-    key = jax.random.key(0)
-    (_, obs), (_, full) = env.reset_env(key, 2.0), inner.reset_env(key, 2.0)
-    np.testing.assert_array_equal(obs, full[np.array([3, 1])])
-    (_, obs, *_), (_, full, *_) = env.step_env(key, jnp.zeros(()), 0, 2.0), inner.step_env(key, jnp.zeros(()), 0, 2.0)
-    np.testing.assert_array_equal(obs, full[np.array([3, 1])])
+
+    def observations(key):  # of a reset and a step, observed and full
+        return [e.reset_env(key, 2.0)[1] for e in (env, inner)] + [
+            e.step_env(key, jnp.zeros(()), 0, 2.0)[1] for e in (env, inner)]
+
+    obs, full, next_obs, next_full = map(np.asarray, jax.jit(observations)(jax.random.key(3)))
+    np.testing.assert_array_equal(obs, full[[3, 1]])
+    np.testing.assert_array_equal(next_obs, next_full[[3, 1]])
+    assert len(set(full.tolist())) == 4  # the key and the scale show in every entry
 
 
 class _HostStub:
