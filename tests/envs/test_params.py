@@ -89,13 +89,14 @@ class _Params:
     size: int
     scale: float
     gravity: jax.Array  # float32 []
+    weights: jax.Array  # float32 [2]: not settable by one number
 
 
 class _ParamsEnv:
     """Only what `with_params` reads: named parameters and `replace_params`."""
 
     def __init__(self, slippery: bool):
-        self.default_params = _Params(slippery, jnp.bool_(slippery), 3, 1.0, jnp.float32(9.8))
+        self.default_params = _Params(slippery, jnp.bool_(slippery), 3, 1.0, jnp.float32(9.8), jnp.ones(2))
 
     def replace_params(self, params):
         self.default_params = params
@@ -119,6 +120,7 @@ def test_numeric_params_take_the_type_of_the_field_they_replace():
 @pytest.mark.parametrize("param, message", [("slippery=yes", "env.params: slippery must be bool, got 'yes'"),
                                             ("size=2.5", "env.params: size must be int, got '2.5'"),
                                             ("scale=inf", "env.params: scale must be finite, got 'inf'"),
+                                            ("weights=1", "env.params: weights must be "),
                                             ("=3", "env.params entries are name=value, got '=3'"),
                                             ("size= ", "env.params entries are name=value, got 'size= '")])
 def test_params_of_the_wrong_type_name_the_field(param, message):
