@@ -4,13 +4,16 @@ the same selection for JAX and host environments, checked at setup with one-line
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from podracer.config import ConfigError, EnvConfig
 from podracer.envs import make_configured_jax_env, make_jax_env
+from podracer.envs.base import JaxEnv
 from podracer.envs.host import host_env_specs, make_host_env
-from podracer.types import ObsSpec
+from podracer.envs.observe import ObservedHostEnv, ObservedJaxEnv, observed_spec
+from podracer.types import DiscreteSpec, MaskedObs, ObsSpec
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -74,15 +77,60 @@ def test_host_env_shows_only_the_selected_entries_everywhere(backend):
 
 @pytest.mark.parametrize("observe, fragment", [((0, 4), "in [0, 4)"), ((1, 1), "distinct")])
 def test_bad_indices_are_refused_naming_the_field(observe, fragment):
-    with pytest.raises(ConfigError, match=r"env\.observe") as error:
-        make_configured_jax_env(EnvConfig("CartPole-v1", observe=observe))
-        host_env_specs(EnvConfig("CartPole-v1", observe=observe))
-    assert fragment in str(error.value)
+    for make in (make_configured_jax_env, host_env_specs):  # JAX and host environments alike
+        with pytest.raises(ConfigError, match=r"env\.observe") as error:
+            make(EnvConfig("CartPole-v1", observe=observe))
+        assert fragment in str(error.value)
 
 
 def test_non_vector_observations_are_refused():
     with pytest.raises(ConfigError, match=r"env\.observe selects entries of vector observations; Catch"):
         make_configured_jax_env(EnvConfig("Catch", observe=(0,)))
+
+
+@pytest.mark.parametrize("spec, observed", [
+    (ObsSpec((10, 5), np.float32), r"Catch observes \(10, 5\)"),
+    (MaskedObs(ObsSpec((4,), np.float32), ObsSpec((2,), np.bool_)), "Catch observes MaskedObs"),
+])
+def test_non_vector_observations_are_refused_naming_what_they_are(spec, observed):
+    with pytest.raises(ConfigError, match=r"env\.observe selects entries of vector observations; " + observed):
+        observed_spec(spec, (0,), "Catch")
+
+
+class _Scaled(JaxEnv):
+    """Observations that depend on the parameters (a scale) and on the key of each call."""
+
+    def reset_env(self, key, params):
+        return jnp.zeros(()), params * (jnp.arange(4.0) + jax.random.key_data(key)[-1])
+
+    def step_env(self, key, state, action, params):
+        return state + 1, params * (jnp.arange(4.0) - jax.random.key_data(key)[-1]), jnp.float32(1), state > 2
+
+    def observation_spec(self, params):
+        return ObsSpec((4,), np.dtype(np.float32))
+
+
+def test_observed_jax_env_passes_the_key_and_parameters_on():
+    inner = _Scaled()
+    env = ObservedJaxEnv(inner, (3, 1), "Scaled")
+
+    def observations(key):  # of a reset and a step, observed and full
+        return [e.reset_env(key, 2.0)[1] for e in (env, inner)] + [
+            e.step_env(key, jnp.zeros(()), 0, 2.0)[1] for e in (env, inner)]
+
+    obs, full, next_obs, next_full = map(np.asarray, jax.jit(observations)(jax.random.key(3)))
+    np.testing.assert_array_equal(obs, full[[3, 1]])
+    np.testing.assert_array_equal(next_obs, next_full[[3, 1]])
+    assert len(set(full.tolist())) == 4  # the key and the scale show in every entry
+
+
+class _HostStub:
+    num_envs, action_spec, observation_spec = 2, DiscreteSpec(2), ObsSpec((4,), np.float32)
+
+
+def test_observed_host_env_refuses_bad_indices_naming_the_environment():
+    with pytest.raises(ConfigError, match=r"env\.observe indices must be in \[0, 4\) for Stub-v0, got \[0, 7\]"):
+        ObservedHostEnv(_HostStub(), (0, 7), "Stub-v0")
 
 
 def test_observed_jax_env_still_renders_for_evaluation_videos():

@@ -13,6 +13,7 @@ from flax import struct
 
 from podracer.config import EnvConfig
 from podracer.envs import GymnaxAPIEnv, TimeStepEnv, action_spec_of, make_configured_jax_env, register_jax_env
+from podracer.envs.wrappers import WrappedJaxEnv
 from podracer.types import BoxSpec, DiscreteSpec, MaskedObs, ObsSpec
 
 GOAL = 3  # a walk on 0 .. GOAL from 0, +1 per step right, terminated at GOAL
@@ -22,6 +23,7 @@ GOAL = 3  # a walk on 0 .. GOAL from 0, +1 per step right, terminated at GOAL
 class Params:
     max_steps_in_episode: int = 8
     step_size: int = 1
+    num_actions: int = 2  # the action space's size, as gymnax's spaces read their parameters
 
 
 class Discrete:  # gymnax's `spaces.Discrete`
@@ -60,7 +62,7 @@ class GymnaxStyleWalk:
         return jax.nn.one_hot(state[0], GOAL + 1)
 
     def action_space(self, params):
-        return Discrete(2)
+        return Discrete(params.num_actions)
 
 
 class NoStepEnv:
@@ -105,7 +107,8 @@ def test_gymnax_api_env_steps_without_reset_and_keeps_the_final_observation():
     assert int(ended.episode_length) == 3
 
 
-@pytest.mark.parametrize("truncation", [None, "time_limit", lambda state, info, params: info["time"] >= 8])
+@pytest.mark.parametrize("truncation", [None, "time_limit", lambda state, info, params: info["time"] >= 8,
+                                        lambda state, info, params: (info["time"] >= 8).astype(jnp.float32)])
 def test_gymnax_api_env_a_done_at_the_time_limit_is_a_truncation_when_told(truncation):
     env = GymnaxAPIEnv(NoStepEnv(), truncation=truncation)  # `step` (no step_env) must not reset
     _, steps = _run(env, [0] * 8)
@@ -138,6 +141,11 @@ def test_gymnax_api_env_without_a_time_limit_is_refused():
 
     with pytest.raises(ValueError, match="max_episode_steps"):
         GymnaxAPIEnv(Bare())
+
+
+def test_gymnax_api_env_action_spec_reads_its_parameters():
+    env = GymnaxAPIEnv(GymnaxStyleWalk(), params=Params(num_actions=3))
+    assert env.action_spec(env.default_params) == DiscreteSpec(3)
 
 
 class WalkObs(NamedTuple):
@@ -191,6 +199,38 @@ def test_timestep_env_keeps_termination_and_its_own_truncation_apart():
     assert not any(bool(s.terminated | s.truncated) for s in steps[3:7])
 
 
+class RandomStartWalk(DmEnvWalk):
+    """Its first position comes from the reset's key (as Jumanji's environments draw theirs
+    from it): the key's last word modulo GOAL, the seed itself for a seed below GOAL."""
+
+    def reset(self, key):
+        state = (jax.random.key_data(key)[-1].astype(jnp.int32) % GOAL, jnp.zeros((), jnp.int32))
+        return state, DmTimeStep(jnp.int32(0), jnp.float32(0), jnp.float32(1), self._obs(state))
+
+
+def test_timestep_env_resets_with_the_key_it_is_given():
+    env = TimeStepEnv(RandomStartWalk())
+    for seed in (1, 2):
+        _, obs = env.reset(jax.random.key(seed))
+        np.testing.assert_array_equal(obs.position, np.eye(GOAL + 1)[seed])
+
+
+def test_timestep_env_names_and_time_limits():
+    assert TimeStepEnv(DmEnvWalk()).name == "DmEnvWalk"
+    assert TimeStepEnv(DmEnvWalk(), name="walk").name == "walk"
+    assert TimeStepEnv(DmEnvWalk(), max_episode_steps=3).max_episode_steps(None) == 3
+
+    class NoLimit(DmEnvWalk):
+        time_limit = None
+
+    class NoLimitAttribute:  # no `time_limit` at all
+        action_spec = Discrete(2)
+
+    for env in (NoLimit(), NoLimitAttribute()):
+        with pytest.raises(ValueError, match="no time limit; pass max_episode_steps"):
+            TimeStepEnv(env)
+
+
 def test_timestep_env_action_mask_field_is_a_masked_obs_through_the_registry():
     register_jax_env("WrappedDmEnvWalk-v0", lambda: TimeStepEnv(DmEnvWalk()), overwrite=True)
     env = make_configured_jax_env(EnvConfig("WrappedDmEnvWalk-v0"))
@@ -223,3 +263,48 @@ def test_action_specs_from_each_librarys_spaces():
     assert action_spec_of(Bounded()).shape == (3,)
     with pytest.raises(ValueError, match="neither discrete nor a bounded box"):
         action_spec_of(object())
+
+
+def test_multi_discrete_action_spaces_are_refused():
+    class MultiDiscreteArray:  # Jumanji's: a bounded int box whose num_values is an array
+        shape, dtype = (2,), np.dtype(np.int32)
+        num_values = np.array([3, 4])
+        minimum, maximum = np.zeros(2, np.int32), num_values - 1
+
+    with pytest.raises(ValueError, match="neither discrete nor a bounded box"):
+        action_spec_of(MultiDiscreteArray())
+
+
+class FloatFlagWalk(WrappedJaxEnv):
+    """A subclass whose `_step` gives its flags as float32 (as Brax's `done` is): a last
+    step at GOAL (a termination) or after 2 steps short of it (its own truncation)."""
+
+    def __init__(self):
+        super().__init__(None, None, 10, "FloatFlagWalk")
+
+    def _reset(self, key, params):
+        return jnp.zeros((), jnp.int32), jnp.zeros((), jnp.float32)
+
+    def _step(self, key, state, action, params):
+        position = state.env_state + action
+        truncated = (state.steps + 1 >= 2) & (position != GOAL)
+        done = (position == GOAL) | truncated
+        flags = done.astype(jnp.float32), truncated.astype(jnp.float32)
+        return position, position.astype(jnp.float32), jnp.float32(0), *flags
+
+    def action_spec(self, params):
+        return DiscreteSpec(GOAL + 1)
+
+
+def test_wrapped_env_reads_flags_given_as_floats_as_booleans():
+    """`WrappedJaxEnv` reads the flags a subclass's `_step` returns as booleans, and its
+    state's `truncated` keeps the `bool []` a reset gives it (a scan's carry must)."""
+    env = FloatFlagWalk()
+    state, _ = env.reset(jax.random.key(0))
+    step = jax.jit(env.step)
+    state, goal = step(jax.random.key(1), state, jnp.int32(GOAL))
+    assert bool(goal.terminated) and not bool(goal.truncated)
+    state, first = step(jax.random.key(2), state, jnp.int32(0))
+    assert not bool(first.terminated | first.truncated) and state.inner.truncated.dtype == jnp.bool_
+    _, second = step(jax.random.key(3), state, jnp.int32(0))
+    assert bool(second.truncated) and not bool(second.terminated)
