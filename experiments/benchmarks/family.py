@@ -1,7 +1,7 @@
 """A preset held out on a family of tasks, scored over the family.
 
     python -m experiments.benchmarks.family PRESET [--tasks auto|FAMILY] [--sweep agent.FIELD=V1,V2 ...]
-        [--seeds 2] [--steps N] [--tail 0.25] --out DIR [--report-only]
+        [--seeds 2] [--steps N] [--tail 0.25] [--only TASK] --out DIR [--report-only]
 
 Trains `PRESET` retargeted to every task of the family (`--env.id`, and for the partially
 observed family `--env.observe`), one program per task with every sweep setting and seed
@@ -78,10 +78,14 @@ def train_command(
     return command
 
 
-def run_family(preset: str, family: str, out: str, seeds: int, steps: int | None, sweeps: Sequence[str]) -> dict:
-    """Train every task's program, one after another; `{task: wall seconds}`."""
+def run_family(
+    preset: str, family: str, out: str, seeds: int, steps: int | None, sweeps: Sequence[str], only: Sequence[str] = ()
+) -> dict:
+    """Train every task's program (or those in `only`), one after another; `{task: wall seconds}`."""
     walls = {}
     for task, observe in FAMILIES[family]:
+        if only and task not in only:
+            continue
         command = train_command(preset, task, observe, out, seeds, steps, sweeps)
         print("$", " ".join(command[1:]), flush=True)
         start = time.perf_counter()
@@ -147,11 +151,16 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--steps", type=int, default=None, help="env steps per member (default: the preset's)")
     parser.add_argument("--tail", type=float, default=0.25, help="fraction of the metrics rows scored")
     parser.add_argument("--reps", type=int, default=2000, help="bootstrap resamples")
+    parser.add_argument("--only", action="append", default=[], metavar="TASK", help="train only this task (repeatable)")
     parser.add_argument("--out", required=True)
     parser.add_argument("--report-only", action="store_true", help="report the runs already in OUT/runs")
     args = parser.parse_args(argv)
     family = family_of(args.preset) if args.tasks == "auto" else args.tasks
-    walls = {} if args.report_only else run_family(args.preset, family, args.out, args.seeds, args.steps, args.sweep)
+    walls = (
+        {}
+        if args.report_only
+        else run_family(args.preset, family, args.out, args.seeds, args.steps, args.sweep, args.only)
+    )
     result = family_report(args.out, args.preset, args.tail, args.reps)
     result.update(preset=args.preset, family=family, sweep=args.sweep, seeds=args.seeds, steps=args.steps)
     if walls:
