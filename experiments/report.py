@@ -11,10 +11,11 @@ a run directory's label (its directory's name, or `--labels`; the same label on 
 directories pools them, e.g. one directory per task), and within a population run its
 members' hyperparameters (`LABEL lr=0.001`; each setting's seeds its runs). The
 sub-runs of `--sweep-each` are labelled by their directories (`num_epochs=2`). Where every task
-has a published reference return (MinAtar: gymnax-blines' PPO,
-`experiments.benchmarks.published`), scores are normalised by it (reference = 1, 0 =
-return 0) and the optimality gap is taken below 1; otherwise raw returns are aggregated
-and the gap is below `--gap-threshold` if given.
+has a scale (`experiments.benchmarks.published.task_scale`: MinAtar, gymnax-blines'
+published PPO return = 1 and return 0 = 0; classic control, its solved threshold = 1 and
+a random policy's return = 0), scores are normalised by it and the optimality gap is taken
+below 1; otherwise raw returns are aggregated and the gap is below `--gap-threshold` if
+given.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from experiments.benchmarks.published import published
+from experiments.benchmarks.published import TaskScale, task_scale
 from experiments.plot import default_labels
 from experiments.run_dir import load_run_config
 from podracer.config import ConfigError
@@ -67,10 +68,10 @@ def _tail_means(rows: list[list[float | None]]) -> list[float]:
 
 
 def score_matrices(run_dirs: Sequence[str], labels: Sequence[str] | None = None, tail: float = 0.1,
-                   by: str = "setting") -> tuple[dict[str, np.ndarray], list[str], dict[str, float] | None]:
-    """`({setting: scores [runs, tasks]}, tasks, references or None)`: each setting's runs
-    (trimmed to the fewest any of its tasks has) by task, normalised by the tasks'
-    published references where all have one."""
+                   by: str = "setting") -> tuple[dict[str, np.ndarray], list[str], dict[str, TaskScale] | None]:
+    """`({setting: scores [runs, tasks]}, tasks, scales or None)`: each setting's runs
+    (trimmed to the fewest any of its tasks has) by task, normalised where every task has a
+    scale (`experiments.benchmarks.published.task_scale`): `(return - random) / (reference - random)`."""
     if labels is not None and len(labels) != len(run_dirs):
         raise ConfigError(f"--labels: got {len(labels)} labels for {len(run_dirs)} runs")
     table: dict[str, dict[str, list[float]]] = {}
@@ -82,11 +83,8 @@ def score_matrices(run_dirs: Sequence[str], labels: Sequence[str] | None = None,
         for setting, scores in groups.items():
             table.setdefault(setting, {}).setdefault(task, []).extend(scores)
     tasks = sorted({task for by_task in table.values() for task in by_task})
-    references = {}
-    for task in tasks:
-        ref = published(*steps[task][:1], task, steps[task][1], tolerance=0.5)
-        references[task] = ref.value if ref is not None else None
-    normalise = all(v for v in references.values())
+    scales = {task: task_scale(steps[task][0], task, steps[task][1]) for task in tasks}
+    normalise = all(scale is not None for scale in scales.values())
     matrices = {}
     for setting, by_task in table.items():
         missing = [task for task in tasks if task not in by_task]
@@ -96,9 +94,10 @@ def score_matrices(run_dirs: Sequence[str], labels: Sequence[str] | None = None,
         runs = min(len(v) for v in by_task.values())
         scores = np.array([by_task[task][:runs] for task in tasks], float).T
         if normalise:
-            scores = scores / np.array([references[task] for task in tasks])
+            low = np.array([scales[task].random for task in tasks])
+            scores = (scores - low) / (np.array([scales[task].reference for task in tasks]) - low)
         matrices[setting] = scores
-    return matrices, tasks, (references if normalise else None)
+    return matrices, tasks, (scales if normalise else None)
 
 
 def stratified_bootstrap(statistic: Any, matrices: Sequence[np.ndarray], reps: int,
@@ -169,7 +168,8 @@ def profiles(matrices: dict[str, np.ndarray], points: int = 101) -> tuple[np.nda
 def report(run_dirs: Sequence[str], labels: Sequence[str] | None = None, tail: float = 0.1,
            gap_threshold: float | None = None, compare: Sequence[str] | None = None,
            reps: int = 2000, by: str = "setting") -> dict[str, Any]:
-    """Everything `podracer report` prints: tasks, references (None: raw returns), per
+    """Everything `podracer report` prints: tasks, references and random-policy returns
+    (None: raw returns), per
     setting the four estimators with intervals, the probability of improvement of
     `compare` (two settings) or of each pair when there are at most 6 settings, the
     performance profiles and every run's scores (`[runs, tasks]` per setting)."""
@@ -177,8 +177,8 @@ def report(run_dirs: Sequence[str], labels: Sequence[str] | None = None, tail: f
         raise ConfigError(f"--tail must be in (0, 1], got {tail}")
     if by not in ("setting", "run"):
         raise ConfigError(f"--by must be setting or run, got {by!r}")
-    matrices, tasks, references = score_matrices(run_dirs, labels, tail, by)
-    threshold = 1.0 if references is not None and gap_threshold is None else gap_threshold
+    matrices, tasks, scales = score_matrices(run_dirs, labels, tail, by)
+    threshold = 1.0 if scales is not None and gap_threshold is None else gap_threshold
     names = list(matrices)
     if compare is not None:
         unknown = [name for name in compare if name not in matrices]
@@ -189,7 +189,9 @@ def report(run_dirs: Sequence[str], labels: Sequence[str] | None = None, tail: f
     else:
         pairs = [(x, y) for i, x in enumerate(names) for y in names[i + 1:]] if len(names) <= 6 else []
     tau, curves = profiles(matrices)
-    return {"tasks": tasks, "references": references, "normalised": references is not None,
+    references = None if scales is None else {task: scale.reference for task, scale in scales.items()}
+    random = None if scales is None else {task: scale.random for task, scale in scales.items()}
+    return {"tasks": tasks, "references": references, "random": random, "normalised": scales is not None,
             "optimality_threshold": threshold, "settings": aggregate(matrices, threshold, reps),
             "probability_of_improvement": improvement(matrices, pairs, reps),
             "performance_profiles": {"tau": tau.tolist(), **{name: c.tolist() for name, c in curves.items()}},
@@ -205,7 +207,7 @@ def markdown(result: dict[str, Any]) -> str:
         low, high = entry["ci"]
         return f"{entry['value']:.3g} [{low:.3g}, {high:.3g}]"
 
-    unit = "normalised score (published reference = 1)" if result["normalised"] else "episode return"
+    unit = "normalised score (random policy = 0, reference = 1)" if result["normalised"] else "episode return"
     lines = [f"Tasks: {', '.join(result['tasks'])}. Scores: {unit}; 95% stratified bootstrap intervals.", "",
              "| setting | runs | IQM | median | mean | optimality gap |", "|---|---|---|---|---|---|"]
     ordered = sorted(result["settings"].items(), key=lambda item: -(item[1]["iqm"] or {"value": -np.inf})["value"])
