@@ -62,10 +62,13 @@ EXEMPT = {
     "(no gradient step at learning_starts 1e9); the schedule's threshold: "
     "tests/runner/test_runner.py::test_a_row_spanning_learning_starts_is_not_diluted",
     "EnvConfig.params": "names an environment's own parameters, no value fits every environment: "
-    "tests/test_properties.py::test_env_params_of_every_jax_environment",
+    "tests/integration/test_properties.py::test_env_params_of_every_jax_environment",
 }
 
 ALGORITHMS = list(algorithms())
+# The algorithms whose traced-field program takes longest to compile (a search, twin critics
+# and a replay buffer) run in the slow tier; the check and its coverage are the same.
+COSTLY = ("muzero", "sac", "td3")
 
 
 def uncovered(section: str, fields: list[str], covered: dict[str, str]) -> list[str]:
@@ -73,7 +76,7 @@ def uncovered(section: str, fields: list[str], covered: dict[str, str]) -> list[
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("name", ALGORITHMS)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in COSTLY else n for n in ALGORITHMS])
 def test_traced_hyperparameters_off_default_change_the_run(name):
     """Each numeric field an algorithm reads as a traced value, at each off-default value
     its config accepts, runs as a member of one program beside the base config: every
@@ -116,7 +119,7 @@ def test_every_agent_field_off_default_changes_the_step(name):
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("section", [AnakinConfig, EnvConfig])
+@pytest.mark.parametrize("section", [pytest.param(AnakinConfig, marks=pytest.mark.slow), EnvConfig])
 def test_architecture_and_environment_fields_off_default_change_the_run(section):
     """Each field of Anakin's and the environment's config, off its value, changes the
     short run of a PPO agent (or is in `EXEMPT`, with the test that covers it)."""
@@ -183,6 +186,7 @@ def _sebulba_run(arch: SebulbaConfig) -> tuple[list[np.ndarray], list[int]]:
     return params, [row["env_steps"] for row in result.metrics]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_sebulba_fields_off_default_change_the_run_or_only_its_speed():
     """Each field of `SebulbaConfig` at its first off-default value a tiny run accepts: a

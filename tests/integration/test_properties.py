@@ -97,6 +97,7 @@ def ppo_runs(draw) -> Config:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 @SETTINGS
 @given(config=ppo_runs())
@@ -244,6 +245,7 @@ def replay_streams(draw, name: str) -> tuple:
     return config, random_stream(rollouts * length, envs, seed=draw(st.integers(0, 2**16))), length
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 @SETTINGS
 @given(data=st.data())

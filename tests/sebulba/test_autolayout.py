@@ -159,6 +159,7 @@ def _auto_cartpole(tmp_path=None):
                                run_dir=str(tmp_path / "run") if tmp_path else "")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_auto_layout_end_to_end(tmp_path, capsys):
     """`train` with layout auto on CPU: setup measures and chooses, the run trains with it,
