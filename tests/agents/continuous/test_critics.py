@@ -221,7 +221,7 @@ def test_update_on_four_devices_equals_the_global_batch_on_one(name, critic):
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("name, critic", cases(fast=None))  # the contract suite compares the twin critics in the fast tier
+@pytest.mark.parametrize("name, critic", cases(fast=None))
 def test_anakin_and_sebulba_give_the_same_update(name, critic):
     anakin_vs_sebulba(variant(ALGORITHMS[name], critic), PROBE)
 
