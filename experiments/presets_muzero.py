@@ -62,7 +62,7 @@ def muzero_cartpole_sebulba() -> Config:
     or 4 learner devices), actors on the learner's latest parameters (`max_policy_lag` 0).
     With 12 envs and actors one version ahead, one seed stayed near 100-step episodes and
     another fell from 500 to 242; with these settings both ended >= 460 (2-core CPU, at the
-    former learning rate 1e-3)."""
+    learning rate 1e-3)."""
     return Config(
         env=EnvConfig("CartPole-v1"), agent=_cartpole_agent(),
         arch=SebulbaConfig(num_envs=16, rollout_length=16, max_policy_lag=0, updates_per_log=10),
