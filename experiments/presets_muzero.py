@@ -61,7 +61,7 @@ def muzero_cartpole_sebulba() -> Config:
     device: `muzero-cartpole-anakin`'s batch, 16 envs x 16 steps per update (split over 1, 2
     or 4 learner devices), actors on the learner's latest parameters (`max_policy_lag` 0).
     With 12 envs and actors one version ahead, one seed stayed near 100-step episodes and
-    another fell from 500 to 242; with these settings both ended >= 460 (2-core CPU, at the
+    another fell from 500 to 242; with these settings both ended >= 460 (2-core CPU, with
     learning rate 1e-3)."""
     return Config(
         env=EnvConfig("CartPole-v1"), agent=_cartpole_agent(),
