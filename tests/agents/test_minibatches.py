@@ -30,11 +30,14 @@ def test_flatten_time_batch_keeps_the_feature_axes():
     np.testing.assert_array_equal(got["reward"], np.arange(6.0))
 
 
-def test_random_permutation_passes_follow_the_random_bits_of_a_word():
-    """Against NumPy's stable sorts of the same random words (see `random_permutation`) at
-    10000 rows: `b = 14` position bits leave 18 random bits a word, so the `2b + 9 = 37` bits
-    take 3 passes (2 if a word's width were taken as 33 bits); int32 indices."""
-    size, passes = 10_000, 3
+@pytest.mark.parametrize("size, passes", [(8, 1), (512, 2), (10_000, 3), (40_000, 3)])
+def test_random_permutation_is_a_radix_sort_of_its_random_words(size, passes):
+    """`random_permutation` against NumPy's stable sorts of the same random words: pass `i`
+    orders the positions left by pass `i - 1` by the high `32 - b` bits of word `i` (ties
+    keep the earlier order), so the last word is the most significant key; `size` sets how
+    many passes make at least `2b + 9` random bits (at 10000 rows, `b = 14` leaves 18 random
+    bits a word, so the 37 bits take 3 passes: 2 if a word's width were taken as 33 bits);
+    int32 indices."""
     key = jax.random.key(size)
     bits = (size - 1).bit_length()
     words = np.asarray(jax.random.bits(key, (passes, size))) >> bits
@@ -44,6 +47,8 @@ def test_random_permutation_passes_follow_the_random_bits_of_a_word():
     got = random_permutation(key, size)
     assert got.dtype == jnp.int32
     np.testing.assert_array_equal(np.asarray(got), expected)
+    with pytest.raises(ValueError, match="at most 2\\^28"):
+        random_permutation(key, 2**28 + 1)
 
 
 def test_sequence_minibatches_keep_whole_sequences_in_the_shuffled_order():

@@ -17,6 +17,7 @@ from podracer.envs import make_jax_env
 from podracer.ops import discounted_returns, gaussian_entropy, gaussian_log_prob
 from podracer.ops import running_stats as rs
 from podracer.types import BoxSpec, ObsSpec
+from tests.support.helpers import refuse_import
 
 
 def test_gaussian_log_prob_and_entropy_match_distrax(variant):
@@ -238,18 +239,9 @@ def test_discounted_returns_of_a_device_invariant_reward_inside_shard_map():
 
 
 def test_brax_ids_without_brax_name_the_extra(monkeypatch):
-    import builtins
-
     from podracer.envs import UnknownEnvError
 
-    real_import = builtins.__import__
-
-    def no_brax(name, *args, **kwargs):
-        if name == "brax" or name.startswith("brax."):
-            raise ImportError("No module named 'brax'")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_brax)
+    refuse_import(monkeypatch, "brax")
     with pytest.raises(UnknownEnvError, match=r"pip install 'podracer\[brax\]'"):
         make_jax_env("brax/ant")
 

@@ -156,23 +156,6 @@ def test_minibatches_are_uniformly_random_permutations():
     np.testing.assert_array_equal(np.sort(np.asarray(minibatches["y"]).ravel()), np.arange(12))
 
 
-@pytest.mark.parametrize("size, passes", [(8, 1), (512, 2), (40000, 3)])
-def test_random_permutation_is_a_radix_sort_of_its_random_words(size, passes):
-    """`random_permutation` against NumPy's stable sorts of the same random words: pass `i`
-    orders the positions left by pass `i - 1` by the high `32 - b` bits of word `i` (ties
-    keep the earlier order), so the last word is the most significant key; `size` sets how
-    many passes make at least `2b + 9` random bits."""
-    key = jax.random.key(size)
-    bits = (size - 1).bit_length()
-    words = np.asarray(jax.random.bits(key, (passes, size))) >> bits
-    expected = np.arange(size)
-    for word in words:
-        expected = expected[np.argsort(word, kind="stable")]
-    np.testing.assert_array_equal(np.asarray(random_permutation(key, size)), expected)
-    with pytest.raises(ValueError, match="at most 2\\^28"):
-        random_permutation(key, 2**28 + 1)
-
-
 @pytest.mark.parametrize("shape", [(3, 40), (2, 5, 6)])
 def test_advantages_are_standardised_per_minibatch(shape):
     """`normalize_per_minibatch` standardises each minibatch of an epoch's stack `[M, ...]`

@@ -15,7 +15,7 @@ from experiments import presets as presets_module
 from experiments.help import describe, field_docs, format_help
 from experiments.presets import PRESETS, all_presets
 from podracer.config import ConfigError
-from tests.support.helpers import run_main
+from tests.support.helpers import refuse_import, run_main
 
 
 def test_presets_get_replaces_fields_and_validates():
@@ -315,21 +315,12 @@ def test_the_brax_presets_without_brax_fail_setup_with_one_line_naming_the_extra
     """With Brax missing (its import refused, whether or not it is installed), every Brax
     preset still builds its config, and Anakin's setup stops with a one-line ConfigError
     that says which extra to install."""
-    import builtins
-
     import anakin
 
     brax_presets = sorted(name for name in PRESETS if "-brax-" in name)
     assert brax_presets == ["ppo-inverted-pendulum-brax-anakin", "sac-inverted-pendulum-brax-anakin",
                             "td3-halfcheetah-brax-anakin"]
-    real_import = builtins.__import__
-
-    def no_brax(name, *args, **kwargs):
-        if name == "brax" or name.startswith("brax."):
-            raise ImportError("No module named 'brax'")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_brax)
+    refuse_import(monkeypatch, "brax")
     for name in brax_presets:
         assert PRESETS[name]().env.id.startswith("brax/")
         with pytest.raises(ConfigError, match=r"pip install 'podracer\[brax\]'") as error:

@@ -12,6 +12,21 @@ import jax.numpy as jnp
 from podracer.types import Agent, Trajectory
 
 
+def refuse_import(monkeypatch, package: str) -> None:
+    """Make `import package` (and its submodules) raise ImportError for the rest of the
+    test, whether or not it is installed: an optional extra seen as missing."""
+    import builtins
+
+    real_import = builtins.__import__
+
+    def refusing(name, *args, **kwargs):
+        if name == package or name.startswith(package + "."):
+            raise ImportError(f"No module named '{package}'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", refusing)
+
+
 def random_trajectory(agent: Agent, params, key, T: int, B: int, obs_dim: int, num_actions: int) -> Trajectory:
     """A `[T, B]` trajectory with episode ends of both kinds, extras from `agent.act`.
     Jitted: eagerly, each of its ops would compile on its own."""
