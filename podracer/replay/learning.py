@@ -58,6 +58,9 @@ def learn_steps(
         # values; a loop carry needs one type, so all are summed as varying and averaged after.
         return tree if axis_name is None else parallel.to_varying(tree, axis_name)
 
+    # jit'ed so that the shapes below and every step of the loop share one trace of `step`
+    # (a gradient step is the costliest thing to trace; unrolled, there are max_steps of them).
+    @jax.jit
     def one_step(carry: Carry, key: PRNGKey) -> tuple[Carry, dict[str, Array]]:
         carry, metrics = step(carry, key)
         return carry, varying(metrics)
