@@ -24,12 +24,15 @@ from podracer.agents import DQNConfig, algorithms, make_agent
 from podracer.agents.dqn import DQNLearnerState, make_learn_on_batch, make_optimizer, make_q_network
 from podracer.counters import Count
 from podracer.replay import ReplaySample, Transition
-from podracer.types import BatchShape, BoxSpec, DiscreteSpec, ObsSpec, Trajectory
+from podracer.types import BatchShape, BoxSpec, Trajectory
 from sebulba.learner import AXIS
 from tests.support import reference_updates as reference
 from tests.support.update_paths import (
+    ACTION_SPEC,
     NUM_UPDATES,
     OBS,
+    OBS_SPEC,
+    A,
     B,
     T,
     anakin_update,
@@ -42,8 +45,6 @@ from tests.support.update_paths import (
 
 pytestmark = pytest.mark.timeout(240)
 
-A = 3
-OBS_SPEC, ACTION_SPEC = ObsSpec((OBS,), jnp.float32), DiscreteSpec(A)
 
 DQN = DQNConfig(
     learning_rate=1e-2,

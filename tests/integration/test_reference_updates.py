@@ -23,18 +23,18 @@ from __future__ import annotations
 import dataclasses
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from podracer.agents import ImpalaConfig, PPOConfig, make_agent
 from podracer.replay.mixing import with_replay
-from podracer.types import Agent, DiscreteSpec, ObsSpec
+from podracer.types import Agent
 from sebulba.learner import AXIS
 from tests.support import reference_updates as reference
 from tests.support.update_paths import (
+    ACTION_SPEC,
     NUM_UPDATES,
-    OBS,
+    OBS_SPEC,
     B,
     T,
     anakin_update,
@@ -46,8 +46,6 @@ from tests.support.update_paths import (
 
 pytestmark = pytest.mark.timeout(240)
 
-A = 3
-OBS_SPEC, ACTION_SPEC = ObsSpec((OBS,), jnp.float32), DiscreteSpec(A)
 
 PPO = PPOConfig(
     learning_rate=1e-2,

@@ -16,13 +16,15 @@ from anakin.rollout import rollout
 from podracer import parallel
 from podracer.agents.minibatches import random_permutation  # the library's draw: the references reuse its indices
 from podracer.config import Config, EnvConfig
-from podracer.types import Trajectory
+from podracer.types import DiscreteSpec, ObsSpec, Trajectory
 from sebulba.learner import AXIS, device_keys, make_update_step, trajectory_sharding
 from tests.support import reference_updates as reference
 from tests.support.contract_helpers import place_learner_state, replicated
 
 T, B, OBS = 8, 8, 3  # rollout length, environments, observation size
 NUM_UPDATES = 5  # the run's updates an agent is built for (learning-rate annealing)
+A = 3  # discrete actions
+OBS_SPEC, ACTION_SPEC = ObsSpec((OBS,), jnp.float32), DiscreteSpec(A)
 
 
 def assert_same_update(got, expected, before, rtol: float = 1e-4) -> None:
