@@ -126,8 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--gap-threshold", type=float, default=None,
                         help="optimality gap below this score (default 1 for normalised scores, else none)")
     report.add_argument("--reps", type=int, default=2000, help="bootstrap resamples (default 2000)")
-    report.add_argument("--by", choices=["setting", "run"], default="setting",
-                        help="a population's members: grouped by hyperparameters (default) or all as its run's")
+    report.add_argument("--by", choices=["setting", "run", "best", "median"], default="setting",
+                        help="a population's members: grouped by hyperparameters (default), all as its run's, "
+                             "or one score per run directory: its best or median member")
 
     launch = commands.add_parser(
         "launch-local", help="run a preset as N local processes (jax.distributed on 127.0.0.1)",

@@ -34,13 +34,20 @@ from podracer.logging import read_jsonl
 
 # rliable (the `report` extra) and matplotlib (about 0.35 s to import) are imported where used.
 ESTIMATORS = ("iqm", "median", "mean", "optimality_gap")
+# `--by best|median`: one score per run directory, from its members' (or seeds') scores.
+REDUCTIONS = {"best": np.max, "median": np.median}
+BY = ("setting", "run", *REDUCTIONS)
 
 
 def run_scores(run_dir: str, label: str, tail: float,
                by: str = "setting") -> tuple[str, str, dict[str, list[float]]]:
     """`(task, algorithm, {setting label: [score per seed]})` of one run directory; with
     `by="run"` every member of a population is one run of the directory's label (a PBT
-    population against a grid, say)."""
+    population against a grid, say); with `by="best"` or `by="median"` the directory is one
+    run of its label, scored by its best or its median member (seeds count as members), so
+    that several directories, say 4 seeds of a whole PBT-against-grid experiment, give the
+    intervals over experiments. The best member is chosen on the scores it is reported by:
+    an optimistic estimate of what the population's selection would give on fresh runs."""
     config = load_run_config(run_dir)
     path = os.path.join(run_dir, "metrics.jsonl")
     rows = read_jsonl(path) if os.path.exists(path) else []
@@ -56,8 +63,14 @@ def run_scores(run_dir: str, label: str, tail: float,
             name = " ".join(f"{k}={v:g}" for k, v in member["hypers"].items())
             groups.setdefault(f"{label} {name}", []).append(score)
         return config.env.id, algorithm, groups
-    per_seed = [row.get("episode_return_per_seed") or [row.get("episode_return")] for row in last]
-    return config.env.id, algorithm, {label: _tail_means(per_seed)}
+    if "members" in rows[-1]:
+        scores = _tail_means([[m["episode_return"] for m in row["members"]] for row in last])
+    else:
+        scores = _tail_means([row.get("episode_return_per_seed") or [row.get("episode_return")] for row in last])
+    if by in REDUCTIONS:
+        finite = [score for score in scores if np.isfinite(score)]
+        scores = [float(REDUCTIONS[by](finite))] if finite else [float("nan")]
+    return config.env.id, algorithm, {label: scores}
 
 
 def _tail_means(rows: list[list[float | None]]) -> list[float]:
@@ -175,8 +188,8 @@ def report(run_dirs: Sequence[str], labels: Sequence[str] | None = None, tail: f
     performance profiles and every run's scores (`[runs, tasks]` per setting)."""
     if not 0 < tail <= 1:
         raise ConfigError(f"--tail must be in (0, 1], got {tail}")
-    if by not in ("setting", "run"):
-        raise ConfigError(f"--by must be setting or run, got {by!r}")
+    if by not in BY:
+        raise ConfigError(f"--by must be one of {', '.join(BY)}, got {by!r}")
     matrices, tasks, scales = score_matrices(run_dirs, labels, tail, by)
     threshold = 1.0 if scales is not None and gap_threshold is None else gap_threshold
     names = list(matrices)

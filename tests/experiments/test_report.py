@@ -66,6 +66,24 @@ def test_members_are_grouped_by_setting_and_pooled_over_tasks(tmp_path):
     assert all(os.path.getsize(path) > 0 for path in paths) and len(paths) == 4
 
 
+def test_by_best_or_median_scores_each_run_directory_once_by_its_members(tmp_path):
+    hypers = [{"learning_rate": 1e-3}] * 2 + [{"learning_rate": 1e-2}] * 2
+    # Two experiments (seeds of the whole population) on Catch, raw returns; the last half of rows scores.
+    one = fake_run(tmp_path, "one", "Catch", [[9, 9, 9, 9], [0.1, 0.4, 0.2, float("nan")]], hypers)
+    two = fake_run(tmp_path, "two", "Catch", [[9, 9, 9, 9], [0.3, 0.5, 0.9, 0.7]], hypers)
+    best = report([one, two], labels=["pop", "pop"], tail=0.5, reps=200, by="best")
+    assert list(best["settings"]) == ["pop"] and best["settings"]["pop"]["runs"] == 2
+    assert best["scores"]["pop"] == [[0.4], [0.9]]  # a member with no finished episode is left out
+    median = report([one, two], labels=["pop", "pop"], tail=0.5, reps=200, by="median")
+    assert median["scores"]["pop"] == [[0.2], [pytest.approx(0.6)]]
+    assert median["settings"]["pop"]["mean"]["value"] == pytest.approx(0.4)
+    # A run without a population: its seeds are its members.
+    seeds = fake_run(tmp_path, "seeds", "Catch", [[0.5, 1.0, 0.0]])
+    assert report([seeds], ["seeds"], tail=1.0, reps=200, by="best")["scores"]["seeds"] == [[1.0]]
+    with pytest.raises(ConfigError, match="--by must be one of setting, run, best, median"):
+        report([seeds], by="worst")
+
+
 def test_runs_without_a_sweep_are_settings_by_label_and_raw_returns_without_references(tmp_path):
     a = fake_run(tmp_path, "x", "Catch", [[0.5, 1.0, 0.0, 1.0]])
     b = fake_run(tmp_path, "y", "Catch", [[0.0, 0.0, 0.5, 0.5]])
