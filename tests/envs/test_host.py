@@ -360,3 +360,117 @@ def test_an_environment_that_cannot_load_is_a_one_line_config_error(monkeypatch)
     monkeypatch.setattr(sebulba.runner, "host_env_specs", missing_library)
     with pytest.raises(ConfigError, match="env.id: CartPole-v1 cannot be loaded here: EnvPool Procgen requires"):
         sebulba.runner.setup(presets.get("ppo-cartpole-sebulba"))
+
+
+def test_specs_of_gymnasium_spaces_by_hand():
+    """Float observations are float32 whatever their space says, others keep their dtype, a
+    state index is one-hot; a box action keeps its bounds; other action spaces are refused."""
+    from gymnasium import spaces
+
+    from podracer.envs.host import specs_of_spaces
+    from podracer.types import BoxSpec, DiscreteSpec
+
+    f64 = spaces.Box(-1.0, 1.0, (3,), np.float64)
+    assert specs_of_spaces(f64, spaces.Discrete(4), "x") == (ObsSpec((3,), np.dtype(np.float32)), DiscreteSpec(4))
+    image = spaces.Box(0, 255, (2, 2), np.uint8)
+    assert specs_of_spaces(image, spaces.Discrete(2), "x")[0] == ObsSpec((2, 2), np.dtype(np.uint8))
+    assert specs_of_spaces(spaces.Discrete(5), spaces.Discrete(2), "x")[0] == ObsSpec((5,), np.dtype(np.float32))
+    _, box = specs_of_spaces(f64, spaces.Box(np.array([-1.0, 0.0]), np.array([1.0, 2.0]), (2,), np.float32), "x")
+    assert isinstance(box, BoxSpec) and box.shape == (2,)
+    np.testing.assert_array_equal(box.low, [-1.0, 0.0])
+    np.testing.assert_array_equal(box.high, [1.0, 2.0])
+    with pytest.raises(ValueError, match=r"Bad-v0 has action space MultiDiscrete.*need Discrete or Box actions"):
+        specs_of_spaces(f64, spaces.MultiDiscrete([2, 3]), "Bad-v0")
+
+
+def test_one_hot_of_a_state_outside_its_space_is_an_error():
+    from gymnasium import spaces
+
+    from podracer.envs.host import one_hot
+
+    space = spaces.Discrete(3, start=1)
+    np.testing.assert_array_equal(one_hot(np.array([1, 3]), space), [[1, 0, 0], [0, 0, 1]])
+    for obs in ([0, 1], [1, 4]):
+        with pytest.raises(ValueError, match=r"outside its space Discrete\(3, start=1\)"):
+            one_hot(np.array(obs), space)
+
+
+def test_episode_counters_count_int32_lengths_and_float32_returns():
+    counters = EpisodeCounters(2, 3)
+    no = np.zeros(2, bool)
+    truncated, end, returns, lengths = counters.step(np.array([1.0, 2.0]), no, no)
+    assert lengths.dtype == np.int32 and returns.dtype == np.float32
+    np.testing.assert_array_equal(returns, [1.0, 2.0])
+    truncated, end = counters.end(np.array([True, False]), truncated, end)
+    np.testing.assert_array_equal(truncated, [True, False])
+    np.testing.assert_array_equal(end, [True, False])
+    _, _, returns, lengths = counters.step(np.array([0.5, 0.5]), no, no)
+    np.testing.assert_array_equal(returns, [0.5, 2.5])
+    np.testing.assert_array_equal(lengths, [1, 2])
+
+
+def test_an_id_of_no_family_has_no_record():
+    from podracer.envs.host import host_env_record
+
+    assert host_env_record(EnvConfig("CartPole-v1")) is None
+
+
+def test_env_action_clips_a_box_to_its_bounds_and_gives_discrete_actions_as_int32():
+    from podracer.envs.host import env_action
+    from podracer.types import DiscreteSpec, box_spec
+
+    box = env_action(np.array([[0.5], [-3.0], [3.0]]), box_spec((1,), -2.0, 2.0), np.float32)
+    assert box.dtype == np.float32
+    np.testing.assert_array_equal(box, [[0.5], [-2.0], [2.0]])
+    discrete = env_action(np.array([0, 2]), DiscreteSpec(3))
+    assert discrete.dtype == np.int32 and discrete.tolist() == [0, 2]
+
+
+def test_host_env_ids_are_the_union_of_every_backends(monkeypatch):
+    import podracer.envs
+    from podracer.envs import envpool_env, gymnasium_env
+    from podracer.envs.host import host_env_ids
+
+    monkeypatch.setattr(envpool_env, "envpool_ids", lambda: ("Pong-v5", "CartPole-v1"))
+    monkeypatch.setattr(gymnasium_env, "gymnasium_ids", lambda: ("Taxi-v4", "CartPole-v1"))
+    monkeypatch.setattr(podracer.envs, "jax_env_ids", lambda: ["Catch"])
+    assert {"Pong-v5", "Taxi-v4", "Catch", "CartPole-v1"} <= set(host_env_ids())
+
+
+@pytest.mark.parametrize("backend", ["envpool", "gymnasium"])
+def test_env_params_are_refused_on_envpool_and_gymnasium(backend):
+    with pytest.raises(ConfigError, match=f"env.params sets parameters of JAX environments.*runs on {backend}"):
+        host_backend(EnvConfig("CartPole-v1", backend=backend, params=("gravity=9",)))
+
+
+def test_an_id_the_jax_backend_does_not_know_is_an_unknown_env_error(monkeypatch):
+    import podracer.envs
+
+    monkeypatch.setattr(podracer.envs, "jax_env_ids", lambda: ["Catch", "CartPole-v1"])
+    with pytest.raises(UnknownEnvError, match="CartPol-v1"):
+        host_backend(EnvConfig("CartPol-v1", backend="jax"))
+
+
+def test_observed_indices_out_of_range_name_the_id():
+    with pytest.raises(ConfigError, match=r"must be in \[0, 4\) for CartPole-v1"):
+        host_env_specs(EnvConfig("CartPole-v1", backend="gymnasium", observe=(0, 9)))
+
+
+def test_a_familys_specs_and_record_get_the_config(monkeypatch):
+    from podracer.envs import families
+    from podracer.envs.host import host_env_record
+    from podracer.plugins import load_plugins
+
+    load_plugins()
+    monkeypatch.setattr(families, "_HOST_FAMILIES", dict(families._HOST_FAMILIES))
+    calls = []
+
+    def specs(*args):
+        calls.append(args)
+        return ObsSpec((2,), np.dtype(np.float32)), None
+
+    families.register_host_env_family("recorded", r"Rec-\d", None, specs, record=lambda env_id: {"id": env_id})
+    config = EnvConfig("Rec-1", max_episode_steps=9, params=("a=1",))
+    assert host_env_specs(config)[0] == ObsSpec((2,), np.dtype(np.float32))
+    assert calls == [("Rec-1", 9, ("a=1",))]
+    assert host_env_record(config) == {"id": "Rec-1"}
