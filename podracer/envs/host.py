@@ -92,7 +92,8 @@ def specs_of_spaces(obs_space, action_space, env_id: str) -> tuple[ObsSpec, Acti
         obs_spec = ObsSpec((size,), np.dtype(np.float32))
     else:
         obs_spec = ObsSpec(tuple(obs_space.shape), np.dtype(np.float32) if dtype.kind == "f" else dtype)
-    if hasattr(action_space, "n"):
+    # `MultiBinary(n)` has an `n` too, and an array shape: a vector of flags, not one choice.
+    if hasattr(action_space, "n") and tuple(action_space.shape or ()) == ():
         return obs_spec, DiscreteSpec(int(action_space.n))
     if hasattr(action_space, "low") and hasattr(action_space, "high") and len(action_space.shape) >= 1:
         return obs_spec, box_spec(action_space.shape, action_space.low, action_space.high)

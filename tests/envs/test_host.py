@@ -381,6 +381,9 @@ def test_specs_of_gymnasium_spaces_by_hand():
     np.testing.assert_array_equal(box.high, [1.0, 2.0])
     with pytest.raises(ValueError, match=r"Bad-v0 has action space MultiDiscrete.*need Discrete or Box actions"):
         specs_of_spaces(f64, spaces.MultiDiscrete([2, 3]), "Bad-v0")
+    # A vector of binary flags is not one choice among n.
+    with pytest.raises(ValueError, match=r"Bad-v0 has action space MultiBinary.*need Discrete or Box actions"):
+        specs_of_spaces(f64, spaces.MultiBinary(2), "Bad-v0")
 
 
 def test_one_hot_of_a_state_outside_its_space_is_an_error():
