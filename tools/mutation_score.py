@@ -15,7 +15,10 @@ JAX's caches cleared before each test, recording which test calls which function
 must pass); (3) for each mutant, the tests that call its function run in-process with `-x`:
 a failure kills it, a pass lets it survive, no test means "no tests", and a run past its
 wall limit (10x the tests' own time + 30 s) is a timeout: a watchdog ends the worker process
-and a fresh one goes on from the results written so far. Not part of CI or the test suite.
+and a fresh one goes on from the results written so far. The test modules are imported
+afresh for each mutant, so what they build at module level (a network, a loss) meets it, and
+the recording counts a test file's import as part of each of its tests. Not part of CI or
+the test suite.
 """
 
 from __future__ import annotations
@@ -66,13 +69,32 @@ def _function_of(mutant: str) -> str:
 
 
 class _Recorder:
-    """pytest plugin of the stats run: which mutmut functions each test calls, and its time."""
+    """pytest plugin of the stats run: which mutmut functions each test calls, and its time.
+
+    A test file's import (its collection) counts as part of each of its tests: a function it
+    calls at module level (a network or loss built once for the file) is a function of every
+    test in it."""
 
     def __init__(self) -> None:
         self.hits: dict[str, list[str]] = {}
         self.seconds: dict[str, float] = {}
         self.failed: list[str] = []
+        self.collected: dict[str, list[str]] = {}
         self._start = 0.0
+
+    def pytest_collectstart(self, collector) -> None:
+        from mutmut.state import state
+
+        state()._stats.clear()
+
+    def pytest_collectreport(self, report) -> None:
+        from mutmut.state import state
+
+        if report.nodeid.endswith(".py"):
+            self.collected[report.nodeid] = sorted(state()._stats)
+
+    def test_hits(self) -> dict[str, list[str]]:
+        return {t: sorted({*h, *self.collected.get(t.partition("::")[0], ())}) for t, h in self.hits.items()}
 
     def pytest_runtest_setup(self, item) -> None:
         import jax
@@ -116,7 +138,7 @@ def worker(args: argparse.Namespace) -> None:
         code = pytest.main([*PYTEST_ARGS, *plan["tests"]], plugins=[recorder])
         if code != 0 or recorder.failed:
             sys.exit(f"the tests fail on the unmutated module (exit {code}): {recorder.failed}")
-        plan["stats"] = {"hits": recorder.hits, "seconds": recorder.seconds}
+        plan["stats"] = {"hits": recorder.test_hits(), "seconds": recorder.seconds}
         state_path.write_text(json.dumps(plan, indent=1))
         os._exit(0)  # a fresh process for the mutants: the stats run leaves pytest state behind
 
@@ -141,12 +163,16 @@ def worker(args: argparse.Namespace) -> None:
                 out.flush()
                 os._exit(3)
 
+            for name in [m for m in sys.modules if m == "tests" or m.startswith("tests.")]:
+                del sys.modules[name]  # re-imported: their module-level calls meet this mutant
             watchdog = threading.Timer(limit, expire)
             watchdog.daemon = True
             watchdog.start()
             code = pytest.main([*PYTEST_ARGS, *tests])
             watchdog.cancel()
-            status = {0: "survived", 1: "killed"}.get(int(code), f"error {int(code)}")
+            # 2 or 4: a test file failed to import or collect under the mutant (4: pytest found
+            # no test of a node id; every id was found in the unmutated recording run)
+            status = {0: "survived", 1: "killed", 2: "killed", 4: "killed"}.get(int(code), f"error {int(code)}")
             record = {"mutant": mutant, "status": status, "seconds": round(time.perf_counter() - start, 2)}
             out.write(json.dumps(record) + "\n")
             out.flush()

@@ -182,6 +182,50 @@ def test_crossq_normalises_current_and_next_batches_together():
     )
 
 
+@pytest.mark.parametrize("critic", ["twin", "crossq", "distributional"])
+def test_the_bonus_enters_the_target_as_discounted_reward(critic):
+    """Each critic's target is `r + discount (Q'(s', a') + bonus)`: a bonus `b` gives the loss
+    of the reward `r + discount b` without a bonus (the distributional projection clips the
+    shifted atoms either way). The twin critics keep targets, CrossQ's none. The logged
+    `q_mean` is the mean of both critics' (expected) values, which the actor reads outside
+    CrossQ's training mode."""
+    config = SACConfig(critic=critic, hidden_sizes=(8,), num_atoms=11, v_min=-5.0, v_max=5.0)
+    critics = critics_lib.make_critics(config, None)
+    assert critics.has_target is (critic != "crossq")
+    rng = np.random.default_rng(0)
+    obs, next_obs, unit = (rng.uniform(-1, 1, (8, 3)).astype(np.float32) for _ in range(3))
+    items = Transition(obs, unit, np.linspace(-2, 2, 8, dtype=np.float32), np.full(8, 0.9, np.float32), next_obs)
+    bonus = np.linspace(-1.0, 1.5, 8, dtype=np.float32)
+
+    @jax.jit
+    def losses(items, bonus):
+        variables = critics.init(jax.random.key(0), items.obs[:1], items.action[:1])
+        target = variables if critics.has_target else ()
+        params, next_unit = critics_lib.trainable(variables), -items.action
+        with_bonus, (q_mean, _) = critics.loss(params, variables, target, items, items.action, next_unit, bonus)
+        shifted = items._replace(reward=items.reward + items.discount * bonus)
+        expected, _ = critics.loss(params, variables, target, shifted, items.action, next_unit, 0.0 * bonus)
+        return with_bonus, expected, q_mean, critics.q(variables, items.obs, items.action)
+
+    with_bonus, expected, q_mean, q = losses(items, bonus)
+    np.testing.assert_allclose(with_bonus, expected, rtol=1e-5)
+    assert q.shape == (2, 8)
+    if critic != "crossq":
+        np.testing.assert_allclose(q_mean, np.mean(q), rtol=1e-5)
+
+
+def test_twin_critics_are_the_given_network():
+    def init(key, obs, unit):
+        return {"params": {"w": jnp.ones(2)}}
+
+    def apply(variables, obs, unit):
+        return jnp.stack([jnp.sum(unit, -1), -jnp.sum(unit, -1)]) * variables["params"]["w"][:, None]
+
+    critics = critics_lib.twin_critics(init, apply)
+    assert critics.init is init and critics.q is apply and critics.has_target is True
+    np.testing.assert_array_equal(critics.q(init(None, None, None), None, jnp.ones((3, 2))), [[2.0] * 3, [-2.0] * 3])
+
+
 def test_new_config_fields_are_validated():
     for field, value in (
         ("critic", "quantile"),
