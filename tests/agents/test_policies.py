@@ -11,12 +11,12 @@ import pytest
 
 from podracer.agents import PPOConfig, make_ppo
 from podracer.agents.networks import make_actor_critic
-from podracer.agents.policies import RAW_ACTION, Gaussian, policy_for
+from podracer.agents.policies import RAW_ACTION, Categorical, Gaussian, action_size, policy_for
 from podracer.config import ConfigError, EnvConfig
 from podracer.envs import make_jax_env
 from podracer.ops import discounted_returns, gaussian_entropy, gaussian_log_prob
 from podracer.ops import running_stats as rs
-from podracer.types import BoxSpec, ObsSpec
+from podracer.types import BoxSpec, DiscreteSpec, ObsSpec
 from tests.support.helpers import refuse_import
 
 
@@ -284,3 +284,88 @@ def test_normalization_keeps_the_legal_action_mask_of_masked_observations():
     _, seen = jax.jit(agent.act)(state.params, MaskedObs(values[0], obs.action_mask[0]), jax.random.key(2))
     np.testing.assert_allclose(seen["obs"], rs.normalize(state.params.obs_stats, values[0], 10.0), rtol=1e-5)
     np.testing.assert_array_equal(seen["mask"], obs.action_mask[0])
+
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = logits - logits.max(-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+
+
+def test_categorical_samples_with_the_key_and_scores_by_hand():
+    """`sample` is `jax.random.categorical` with the given key, as int32, with its
+    log-probability; `log_prob`, the batch's mean `entropy` and `mode` (int32 argmax) against
+    NumPy's softmax."""
+    logits = np.random.default_rng(0).normal(size=(8, 5)).astype(np.float32) * 2
+    policy, key = Categorical(), jax.random.key(5)
+
+    @jax.jit
+    def outputs(logits):
+        action, extras = policy.sample(key, logits)
+        return {"action": action, "sampled_log_prob": extras["log_prob"], "drawn": jax.random.categorical(key, logits),
+                "log_prob": policy.log_prob(logits, action), "entropy": policy.entropy(logits),
+                "mode": policy.mode(logits)}
+
+    out = outputs(logits)
+    assert out["action"].dtype == jnp.int32 and out["mode"].dtype == jnp.int32
+    np.testing.assert_array_equal(out["action"], out["drawn"])
+    expected = log_softmax(logits.astype(np.float64))
+    rows = np.arange(8)
+    np.testing.assert_allclose(out["sampled_log_prob"], expected[rows, out["action"]], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out["log_prob"], expected[rows, out["action"]], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out["entropy"], np.mean(-np.sum(np.exp(expected) * expected, -1)), rtol=1e-5)
+    np.testing.assert_array_equal(out["mode"], np.argmax(logits, -1))
+    action = np.zeros(8, np.int32)
+    assert policy.policy_action(action, {"log_prob": None}) is action
+
+
+def test_gaussian_over_a_matrix_event_sums_every_event_axis_and_clips_in_its_dtype():
+    """Over a `[2, 3]` box (event_ndim 2): the sample is `mean + std * normal(key)` clipped,
+    the raw one in extras is the loss's action, log-probabilities and entropies are summed
+    over both event axes (entropy averaged over the batch), by hand, and clipping keeps a
+    bfloat16 action bfloat16."""
+    spec = BoxSpec((2, 3), -0.5, np.array([0.5, 1.0, 1.5], np.float32))
+    policy = policy_for(spec)
+    assert isinstance(policy, Gaussian) and policy.shape == (2, 3) and policy.event_ndim == 2
+    for bound, value in ((policy.low, -0.5), (policy.high, [0.5, 1.0, 1.5])):
+        assert bound.dtype == np.float32 and bound.shape == (2, 3)
+        np.testing.assert_array_equal(bound, np.broadcast_to(np.float32(value), (2, 3)))
+    rng = np.random.default_rng(1)
+    mean = rng.normal(size=(4, 2, 3)).astype(np.float32)
+    log_std = rng.normal(size=(4, 2, 3)).astype(np.float32) * 0.3
+    key = jax.random.key(6)
+
+    @jax.jit
+    def outputs(mean, log_std):
+        action, extras = policy.sample(key, (mean, log_std))
+        return {"action": action, "raw": extras[RAW_ACTION], "sampled_log_prob": extras["log_prob"],
+                "eps": jax.random.normal(key, mean.shape), "log_prob": policy.log_prob((mean, log_std), mean + 0.5),
+                "entropy": policy.entropy((mean, log_std)), "mode": policy.mode((mean, log_std)),
+                "bf16": policy.clip(jnp.full((4, 2, 3), 1.25, jnp.bfloat16))}
+
+    out = jax.tree.map(np.asarray, outputs(mean, log_std))
+    raw = mean + np.exp(log_std) * out["eps"]
+    np.testing.assert_allclose(out["raw"], raw, rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(out["action"], np.clip(out["raw"], policy.low, policy.high))
+    extras = {RAW_ACTION: raw}
+    assert policy.policy_action(out["action"], extras) is raw
+
+    def log_prob(action):
+        z = (action - mean) / np.exp(log_std)
+        return np.sum(-0.5 * z**2 - log_std - 0.5 * np.log(2 * np.pi), axis=(1, 2))
+
+    np.testing.assert_allclose(out["sampled_log_prob"], log_prob(raw), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(out["log_prob"], log_prob(mean + 0.5), rtol=1e-5, atol=1e-5)
+    entropy = np.sum(log_std + 0.5 * np.log(2 * np.pi * np.e), axis=(1, 2))
+    np.testing.assert_allclose(out["entropy"], entropy.mean(), rtol=1e-5)
+    np.testing.assert_array_equal(out["mode"], np.clip(mean, policy.low, policy.high))
+    assert out["bf16"].dtype == jnp.bfloat16
+    np.testing.assert_array_equal(out["bf16"][0].astype(np.float32), [[0.5, 1.0, 1.25]] * 2)
+    assert action_size(spec) == 6
+
+
+def test_policy_for_picks_the_family_or_names_the_spec_it_cannot_serve():
+    assert isinstance(policy_for(DiscreteSpec(3)), Categorical)
+    with pytest.raises(TypeError) as error:
+        policy_for(ObsSpec((2,), jnp.float32))
+    assert str(error.value) == f"no policy distribution for action spec {ObsSpec((2,), jnp.float32)!r}"
