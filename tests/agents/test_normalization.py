@@ -35,11 +35,13 @@ def recording_agent(greedy: bool = True) -> Agent:
     )
 
 
-def wrap(normalize_observations: bool, scale_rewards: bool, **kwargs) -> Agent:
+def wrap(
+    normalize_observations: bool, scale_rewards: bool, agent: Agent | None = None, spec=OBS_SPEC, **kwargs
+) -> Agent:
     options = dict(obs_clip=4.0, reward_clip=3.0, gamma=0.9, axis_name=None) | kwargs
     return with_normalization(
-        recording_agent(),
-        OBS_SPEC,
+        recording_agent() if agent is None else agent,
+        spec,
         normalize_observations=normalize_observations,
         scale_rewards=scale_rewards,
         **options,
@@ -73,48 +75,18 @@ def trajectory(seed: int) -> Trajectory:
 
 def test_with_both_off_the_agent_is_the_wrapped_one():
     agent = recording_agent()
-    assert (
-        with_normalization(
-            agent,
-            OBS_SPEC,
-            normalize_observations=False,
-            obs_clip=1.0,
-            scale_rewards=False,
-            reward_clip=1.0,
-            gamma=0.9,
-            axis_name=None,
-        )
-        is agent
-    )
+    assert wrap(False, False, agent=agent) is agent
 
 
 def test_structured_observations_cannot_be_normalised_but_their_rewards_can_be_scaled():
     spec = {"a": ObsSpec((2,), jnp.float32), "b": ObsSpec((3,), jnp.float32)}
     with pytest.raises(ConfigError) as error:
-        with_normalization(
-            recording_agent(),
-            spec,
-            normalize_observations=True,
-            obs_clip=1.0,
-            scale_rewards=False,
-            reward_clip=1.0,
-            gamma=0.9,
-            axis_name=None,
-        )
+        wrap(True, False, spec=spec)
     assert str(error.value) == (
         "agent.normalize_observations: normalisation takes array observations, and these "
         "are structured (dict/NamedTuple); set it to false"
     )
-    agent = with_normalization(
-        recording_agent(),
-        spec,
-        normalize_observations=False,
-        obs_clip=1.0,
-        scale_rewards=True,
-        reward_clip=1.0,
-        gamma=0.9,
-        axis_name=None,
-    )
+    agent = wrap(False, True, spec=spec)
     assert agent.init(jax.random.key(0)).params.obs_stats is None
 
 
@@ -194,14 +166,5 @@ def test_statistics_merge_every_devices_data():
 
 
 def test_an_agent_without_a_greedy_policy_keeps_none():
-    agent = with_normalization(
-        recording_agent(greedy=False),
-        OBS_SPEC,
-        normalize_observations=True,
-        obs_clip=1.0,
-        scale_rewards=False,
-        reward_clip=1.0,
-        gamma=0.9,
-        axis_name=None,
-    )
+    agent = wrap(True, False, agent=recording_agent(greedy=False))
     assert agent.greedy_act is None
