@@ -55,18 +55,16 @@ def run_scores(run_dir: str, label: str, tail: float,
         raise ConfigError(f"{run_dir!r} has no metrics rows to report")
     last = rows[-max(1, int(round(len(rows) * tail))):]
     algorithm = type(config.agent).__name__.removesuffix("Config").lower()
-    if "members" in rows[-1] and by == "setting":
-        members = rows[-1]["members"]
-        returns = _tail_means([[m["episode_return"] for m in row["members"]] for row in last])
-        groups: dict[str, list[float]] = {}
-        for member, score in zip(members, returns):
-            name = " ".join(f"{k}={v:g}" for k, v in member["hypers"].items())
-            groups.setdefault(f"{label} {name}", []).append(score)
-        return config.env.id, algorithm, groups
     if "members" in rows[-1]:
         scores = _tail_means([[m["episode_return"] for m in row["members"]] for row in last])
     else:
         scores = _tail_means([row.get("episode_return_per_seed") or [row.get("episode_return")] for row in last])
+    if "members" in rows[-1] and by == "setting":
+        groups: dict[str, list[float]] = {}
+        for member, score in zip(rows[-1]["members"], scores):
+            name = " ".join(f"{k}={v:g}" for k, v in member["hypers"].items())
+            groups.setdefault(f"{label} {name}", []).append(score)
+        return config.env.id, algorithm, groups
     if by in REDUCTIONS:
         finite = [score for score in scores if np.isfinite(score)]
         scores = [float(REDUCTIONS[by](finite))] if finite else [float("nan")]
