@@ -148,7 +148,13 @@ def make_replay(
             tree.max_recorded_priority, jnp.max(jnp.where(held, values, 0.0))))
         return state.replace(sum_tree_state=set_leaves(tree, indices, values, held))
 
-    return Replay(buffer.init, add, sample, get, newest, set_priorities, size)
+    def init(example: Any) -> Any:
+        # flashbax starts the index as a weakly typed 0 and `add` returns a strong int32: a
+        # state of one type from the start keeps a jitted update on it to one compilation.
+        state = buffer.init(example)
+        return state.replace(current_index=state.current_index.astype(jnp.int32))
+
+    return Replay(init, add, sample, get, newest, set_priorities, size)
 
 
 def same_observations(a: Any, b: Any) -> Array:

@@ -281,3 +281,22 @@ def test_same_observations_compares_each_row_in_every_leaf():
     same = jax.jit(replay_lib.same_observations)
     np.testing.assert_array_equal(same(a, b), [True, False, False])
     np.testing.assert_array_equal(same(a, a), [True, True, True])
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_a_jitted_function_of_the_state_compiles_once_from_init_on(prioritized):
+    """`init`'s state has the types `add` returns (no weakly typed index), so an update
+    jitted on the buffer's state is compiled for the first state and reused for the next."""
+    replay = make_replay(8, 2, prioritized=prioritized)
+    traces = []
+
+    @jax.jit
+    def add(state, items):
+        traces.append(state)  # once per trace: per new input types
+        return replay.add(state, items)
+
+    state = replay.init({"x": jnp.zeros(3)})
+    for step in range(3):
+        state = add(state, {"x": jnp.full((2, 3), float(step))})
+    assert len(traces) == 1
+    assert int(replay.size(state)) == 6
