@@ -64,9 +64,7 @@ def initial(replay):
         )
     )
     actor = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), items)
-    state = replay_learning.initial_state(actor, learner, replay, OBS_SPEC, ACTION_SPEC)
-    # the buffer's fresh index is weakly typed and an updated one is not: one trace for both calls
-    return jax.tree.map(lambda x: x.astype(x.dtype), state)
+    return replay_learning.initial_state(actor, learner, replay, OBS_SPEC, ACTION_SPEC)
 
 
 def test_updates_add_the_steps_then_learn_on_batches_sampled_with_each_steps_key():
