@@ -35,9 +35,10 @@ OBS = jax.ShapeDtypeStruct((2, 3), jnp.float32)
 
 
 def same_program(ours, theirs, *args):
-    """`ours` and `theirs` trace to the same jaxpr with the same constants."""
-    a, b = jax.make_jaxpr(ours)(*args), jax.make_jaxpr(theirs)(*args)
+    """`ours` and `theirs` trace to the same jaxpr with the same constants and outputs."""
+    (a, a_out), (b, b_out) = (jax.make_jaxpr(f, return_shape=True)(*args) for f in (ours, theirs))
     assert str(a) == str(b)
+    assert jax.tree.structure(a_out) == jax.tree.structure(b_out)  # the outputs' names too
     assert len(a.consts) == len(b.consts)
     for x, y in zip(a.consts, b.consts):
         np.testing.assert_array_equal(x, y)

@@ -16,7 +16,7 @@ import pytest
 from podracer import ops
 from podracer.agents.muzero import MuZeroConfig
 from podracer.agents.muzero.networks import MuZeroNetwork, init_params, make_network
-from podracer.agents.muzero.search import make_acting, make_model_fns, run_search
+from podracer.agents.muzero.search import SearchOutput, make_acting, make_model_fns, run_search
 from podracer.types import ObsSpec
 
 B, A = 4, 3
@@ -43,7 +43,7 @@ OBS_SPEC = ObsSpec((2,), jnp.float32)
 
 
 def mctx_search(search: str, root, recurrent_fn, params, key, greedy: bool):
-    """mctx's policy as the config above asks for it: `(action, action_weights, root value)`."""
+    """mctx's policy as the config above asks for it, as a `SearchOutput`."""
     if search == "gumbel":
         out = mctx.gumbel_muzero_policy(
             params,
@@ -69,7 +69,7 @@ def mctx_search(search: str, root, recurrent_fn, params, key, greedy: bool):
             qtransform=functools.partial(mctx.qtransform_by_parent_and_siblings, epsilon=0.3),
         )
         action = jnp.argmax(out.action_weights, axis=-1) if greedy else out.action
-    return action, out.action_weights, out.search_tree.summary().value
+    return SearchOutput(action, out.action_weights, out.search_tree.summary().value)
 
 
 def bandit(params, key, action, rewards):
@@ -87,9 +87,10 @@ def bandit_root():
 
 def same_program(ours, theirs, *args):
     """`ours` and `theirs` trace to the same program (the same jaxpr and constants): the
-    same computation, with nothing compiled."""
-    a, b = jax.make_jaxpr(ours)(*args), jax.make_jaxpr(theirs)(*args)
+    same computation, with nothing compiled; and their outputs are named alike."""
+    (a, a_out), (b, b_out) = (jax.make_jaxpr(f, return_shape=True)(*args) for f in (ours, theirs))
     assert str(a) == str(b)
+    assert jax.tree.structure(a_out) == jax.tree.structure(b_out)  # the outputs' names too
     assert len(a.consts) == len(b.consts)
     for x, y in zip(a.consts, b.consts):
         np.testing.assert_array_equal(x, y)
