@@ -12,9 +12,10 @@ import anakin
 from experiments.presets_impala import IMPALA_PRESETS, impala_cartpole_anakin
 from experiments.presets_ppo import ppo_vtrace_cartpole_anakin
 from podracer import parallel
-from podracer.agents import ImpalaConfig, PPOConfig, algorithm_for, algorithms, impala, make_agent
+from podracer.agents import ImpalaConfig, PPOConfig, actor_critic, algorithm_for, algorithms, impala, make_agent
+from podracer.agents.acting import CATEGORICAL
 from podracer.config import ConfigError
-from podracer.types import DiscreteSpec, ObsSpec, Trajectory
+from podracer.types import BatchShape, DiscreteSpec, ObsSpec, Trajectory
 from tests.support.helpers import assert_solved_for_a_stretch, tree_allclose
 
 OBS_SPEC, ACTION_SPEC = ObsSpec((4,), jnp.float32), DiscreteSpec(3)
@@ -138,3 +139,87 @@ def test_a_bad_minibatch_split_exits_2_before_the_run_directory_is_written(tmp_p
     assert exit_info.value.code == 2 and len(err) == 1, err
     assert "agent.num_minibatches must divide the 32 environments of each device" in err[0], err
     assert not (tmp_path / "run").exists()
+
+
+# Every refusal of `ImpalaConfig`: the field, its rule and the value, whole.
+REFUSALS = [
+    (dict(learning_rate=0.0), "agent.learning_rate must be > 0, got 0.0"),
+    (dict(optimizer="sgd"), "agent.optimizer must be 'rmsprop' or 'adam', got 'sgd'"),
+    (dict(rmsprop_decay=1.0), "agent.rmsprop_decay must be in [0, 1), got 1.0"),
+    (dict(rmsprop_decay=-0.1), "agent.rmsprop_decay must be in [0, 1), got -0.1"),
+    (dict(rmsprop_eps=0.0), "agent.rmsprop_eps must be > 0, got 0.0"),
+    (dict(adam_eps=0.0), "agent.adam_eps must be > 0, got 0.0"),
+    (dict(max_grad_norm=0.0), "agent.max_grad_norm must be > 0, got 0.0"),
+    (dict(num_epochs=0), "agent.num_epochs must be >= 1, got 0"),
+    (dict(num_minibatches=0), "agent.num_minibatches must be >= 1, got 0"),
+    (dict(gamma=1.5), "agent.gamma must be in [0, 1], got 1.5"),
+    (dict(gamma=-0.5), "agent.gamma must be in [0, 1], got -0.5"),
+    (dict(vtrace_lambda=1.5), "agent.vtrace_lambda must be in [0, 1], got 1.5"),
+    (dict(vtrace_lambda=-0.5), "agent.vtrace_lambda must be in [0, 1], got -0.5"),
+    (dict(clip_rho_threshold=0.0), "agent.clip_rho_threshold must be > 0, got 0.0"),
+    (dict(clip_pg_rho_threshold=0.0), "agent.clip_pg_rho_threshold must be > 0, got 0.0"),
+    (dict(entropy_coef=-0.1), "agent.entropy_coef must be >= 0, got -0.1"),
+    (dict(value_coef=-0.1), "agent.value_coef must be >= 0, got -0.1"),
+    (dict(torso="resnet"), "agent.torso must be one of"),
+    (dict(hidden_sizes=()), "agent.hidden_sizes must be positive sizes, got ()"),
+    (dict(hidden_sizes=(4, 0)), "agent.hidden_sizes must be positive sizes, got (4, 0)"),
+    (dict(activation="sigmoid"), "agent.activation must be one of"),
+    (dict(replay_fraction=1.0), "agent.replay_fraction must be in [0, 1), got 1.0"),
+    (dict(replay_fraction=-0.5), "agent.replay_fraction must be in [0, 1), got -0.5"),
+    (dict(replay_capacity=0), "agent.replay_capacity must be >= 1, got 0"),
+]
+
+
+@pytest.mark.parametrize("fields, message", REFUSALS, ids=[m.split()[0] + str(i) for i, (_, m) in enumerate(REFUSALS)])
+def test_each_refusal_names_its_field_rule_and_value(fields, message):
+    with pytest.raises(ConfigError) as error:
+        ImpalaConfig(**fields)
+    assert str(error.value).startswith(message), str(error.value)
+    if message.endswith("one of"):
+        assert str(error.value).endswith(f"got {next(iter(fields.values()))!r}"), str(error.value)
+
+
+@pytest.mark.parametrize("fields", [
+    dict(rmsprop_decay=0.0, gamma=0.0, vtrace_lambda=0.0, entropy_coef=0.0, value_coef=0.0, replay_fraction=0.0),
+    dict(gamma=1.0, vtrace_lambda=1.0, num_epochs=1, num_minibatches=1, replay_capacity=1, hidden_sizes=(1,)),
+], ids=["low", "high"])
+def test_settings_on_the_edge_of_their_range_are_accepted(fields):
+    ImpalaConfig(**fields)
+
+
+def test_minibatches_must_divide_the_fresh_and_replayed_sequences():
+    """With replay, an update's sequences are the `B` fresh ones plus `B f / (1 - f)`
+    replayed (here 4 + 1): the minibatches split the 5."""
+    batch = BatchShape(rollout_length=2, envs_per_device=4)
+    ImpalaConfig(replay_fraction=0.2, num_minibatches=5, replay_capacity=64).check_batch(batch)
+    with pytest.raises(ConfigError) as error:
+        ImpalaConfig(replay_fraction=0.2, num_minibatches=3, replay_capacity=64).check_batch(batch)
+    assert str(error.value) == ("agent.num_minibatches must divide the 5 sequences of each device's update (4 "
+                                "environments + 1 replayed) (minibatches are whole sequences), got 3")
+    with pytest.raises(ConfigError) as error:
+        ImpalaConfig(num_minibatches=3).check_batch(batch)
+    assert str(error.value) == ("agent.num_minibatches must divide the 4 environments of each device "
+                                "(minibatches are whole sequences), got 3")
+
+
+def test_probe_config_splits_two_epochs_into_two_minibatches():
+    """The contract suite's probe exercises what a one-pass config would not: epochs and
+    minibatches."""
+    config = algorithms()["impala"].probe_config()
+    assert (config.num_epochs, config.num_minibatches, config.optimizer, config.anneal_lr) == (2, 2, "adam", False)
+    assert (config.learning_rate, config.max_grad_norm, config.entropy_coef, config.gamma) == (3e-3, 0.5, 0.0, 0.9)
+    assert config.hidden_sizes == (16,)
+
+
+def test_a_latent_config_builds_the_latent_model():
+    """`latent_size` reaches the model: the agent's parameters are the latent actor-critic's
+    (a decoder included), not the plain one's."""
+    config = ImpalaConfig(latent_size=3, shared_torso=True, hidden_sizes=(4,))
+    agent = make_agent(config, OBS_SPEC, ACTION_SPEC, num_updates=1, axis_name=None)
+    params = jax.eval_shape(agent.init, jax.random.key(0)).params
+    model = actor_critic.make_actor_critic_model(
+        "mlp", (4,), "tanh", True, OBS_SPEC, ACTION_SPEC, CATEGORICAL, latent_size=3)
+    plain = actor_critic.make_actor_critic_model("mlp", (4,), "tanh", True, OBS_SPEC, ACTION_SPEC, CATEGORICAL)
+    expected = jax.eval_shape(model.init, jax.random.key(0))
+    assert jax.tree.structure(params) == jax.tree.structure(expected)
+    assert jax.tree.structure(params) != jax.tree.structure(jax.eval_shape(plain.init, jax.random.key(0)))

@@ -185,6 +185,7 @@ def impala_oracle(config: ImpalaConfig) -> dict[str, float]:
         "value_loss": value,
         "entropy": entropy,
         "rho_clip_fraction": np.mean(rho > config.clip_rho_threshold),
+        "approx_kl": np.mean(np.expm1(I_LOG_RHO) - I_LOG_RHO),
     }
 
 
@@ -194,9 +195,13 @@ def test_impala_loss_matches_vtrace_by_hand(latent_size):
     loss, metrics = jax.jit(lambda p, traj: impala_loss(p, impala_outputs, traj, config))(I_PARAMS, impala_traj())
     expected = impala_oracle(config)
     np.testing.assert_allclose(loss, expected["loss"], rtol=1e-5)
-    for name in ("pg_loss", "value_loss", "entropy", "rho_clip_fraction"):
+    for name in ("pg_loss", "value_loss", "entropy", "rho_clip_fraction", "approx_kl"):
         np.testing.assert_allclose(metrics[name], expected[name], rtol=1e-5, err_msg=name)
-    assert ("reconstruction_loss" in metrics) == (latent_size > 0)
+    np.testing.assert_allclose(metrics["loss"], expected["loss"], rtol=1e-5)
+    latent = {"reconstruction_loss"} if latent_size > 0 else set()
+    assert set(metrics) == {"loss", "pg_loss", "value_loss", "entropy", "approx_kl", "rho_clip_fraction", *latent}
+    if latent_size > 0:
+        np.testing.assert_allclose(metrics["reconstruction_loss"], 0.25)
 
 
 def test_impala_policy_gradient_does_not_flow_through_the_advantages():
