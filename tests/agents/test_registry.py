@@ -200,3 +200,89 @@ def test_a_user_agent_whose_actions_break_the_contract_fails_at_setup(runner):
         module.setup(config)  # the same agent with its own actions passes
     finally:
         registry.unregister_algorithm("toy")
+
+
+def _tiny_ppo(**fields):
+    return make_ppo(PPOConfig(num_minibatches=1, hidden_sizes=(4,), **fields), ObsSpec((3,), jnp.float32),
+                    DiscreteSpec(2), num_updates=1, axis_name=None)
+
+
+def test_the_act_contract_passes_recurrent_agents_and_agents_without_greedy_act():
+    """`check_act_outputs` acts as the runners do: a recurrent agent with its initial core and
+    start flags, an agent without `greedy_act` by `act` only."""
+    obs_spec, action_spec = ObsSpec((3,), jnp.float32), DiscreteSpec(2)
+    recurrent = make_ppo(PPOConfig(num_minibatches=1, hidden_sizes=(4,), core="lstm", core_size=4), obs_spec,
+                         action_spec, num_updates=1, axis_name=None)
+    assert recurrent.recurrent
+    registry.check_act_outputs(recurrent, obs_spec, action_spec, 3, "lstm")
+    registry.check_act_outputs(_tiny_ppo()._replace(greedy_act=None), obs_spec, action_spec, 3, "no-greedy")
+
+
+def test_the_act_contract_names_an_action_that_is_not_an_array():
+    agent = _tiny_ppo()
+    bad = agent._replace(act=lambda p, o, k: ((agent.act(p, o, k)[0],), {}))
+    with pytest.raises(registry.ActContractError, match=r"^agent 'tuple': act returns actions \(ShapeDtypeStruct"):
+        registry.check_act_outputs(bad, ObsSpec((3,), jnp.float32), DiscreteSpec(2), 3, "tuple")
+
+
+def test_pairing_refuses_masks_only_to_algorithms_that_ignore_them():
+    from podracer.types import MaskedObs
+
+    masked = MaskedObs(ObsSpec((3,), jnp.float32), ObsSpec((2,), jnp.bool_))
+    registry.check_pairing(algorithms()["ppo"], masked, DiscreteSpec(2), "Masked-v0")  # PPO respects masks
+    with pytest.raises(ConfigError) as error:
+        registry.check_pairing(algorithms()["pqn"], masked, DiscreteSpec(2), "Masked-v0")
+    assert str(error.value) == ("agent: pqn does not respect legal-action masks, and env.id 'Masked-v0' has masked "
+                                "observations (MaskedObs)")
+
+
+def test_make_agent_builds_the_registered_algorithms_agent_for_the_action_space():
+    agent = registry.make_agent(PPOConfig(num_minibatches=1, hidden_sizes=(4,)), ObsSpec((3,), jnp.float32),
+                                DiscreteSpec(5), num_updates=1, axis_name=None)
+    params = agent.init(jax.random.key(0)).params
+    action = agent.greedy_act(params, jnp.zeros((2, 3)))
+    logits_width = {leaf.shape[-1] for leaf in jax.tree.leaves(params) if leaf.ndim == 2}
+    assert action.shape == (2,) and 5 in logits_width
+
+
+def test_the_metrics_rule_names_every_offender_and_reads_several_axis_names():
+    with pytest.raises(registry.MetricsRuleError) as error:
+        registry.check_metrics({"a": jnp.zeros(2), "b": jnp.zeros((1, 1)), "c": jnp.zeros(())}, None)
+    assert str(error.value) == "agent.update returned non-scalar metrics a, b; metrics are scalars " \
+                               "(podracer.types.UpdateFn)"
+    mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:4]).reshape(2, 2), ("x", "y"))
+
+    def update(state, batch, key):
+        return state, {"loss": jnp.mean(batch)}  # averaged over neither axis
+
+    run = jax.jit(jax.shard_map(registry.checked_update(update, ("x", "y")), mesh=mesh,
+                                in_specs=(P(), P(("x", "y")), P()), out_specs=(P(), P()), check_vma=True))
+    with pytest.raises(registry.MetricsRuleError, match=r"differ across devices \(loss\)"):
+        run(jnp.zeros(()), jnp.arange(8.0), jax.random.key(0))
+
+
+def test_a_user_algorithm_replaces_only_its_own_registration():
+    """Re-registering needs `overwrite`; it replaces the record of the same name or config
+    and leaves other user algorithms alone."""
+
+    @dataclasses.dataclass(frozen=True)
+    class OtherConfig:
+        num_minibatches: int = 1
+
+    first, other = toy("first"), Algorithm("other", OtherConfig, make_ppo, ToyConfig.check_batch)
+    register_algorithm(first)
+    register_algorithm(other)
+    try:
+        with pytest.raises(ValueError, match="'first' is already registered"):
+            register_algorithm(toy("first"))
+        register_algorithm(toy("renamed"), overwrite=True)  # ToyConfig again: replaces 'first'
+        assert "renamed" in algorithms() and "first" not in algorithms() and "other" in algorithms()
+    finally:
+        for name in ("first", "renamed", "other"):
+            registry.unregister_algorithm(name)
+
+
+def test_an_algorithm_needs_a_string_name():
+    for name in ("", 7):
+        with pytest.raises(ValueError, match="an algorithm needs a name"):
+            toy(name)
