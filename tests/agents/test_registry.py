@@ -211,8 +211,7 @@ def test_the_act_contract_passes_recurrent_agents_and_agents_without_greedy_act(
     """`check_act_outputs` acts as the runners do: a recurrent agent with its initial core and
     start flags, an agent without `greedy_act` by `act` only."""
     obs_spec, action_spec = ObsSpec((3,), jnp.float32), DiscreteSpec(2)
-    recurrent = make_ppo(PPOConfig(num_minibatches=1, hidden_sizes=(4,), core="lstm", core_size=4), obs_spec,
-                         action_spec, num_updates=1, axis_name=None)
+    recurrent = _tiny_ppo(core="lstm", core_size=4)
     assert recurrent.recurrent
     registry.check_act_outputs(recurrent, obs_spec, action_spec, 3, "lstm")
     registry.check_act_outputs(_tiny_ppo()._replace(greedy_act=None), obs_spec, action_spec, 3, "no-greedy")

@@ -15,8 +15,6 @@ import pytest
 
 from podracer.agents.continuous import networks, sac
 from podracer.agents.continuous.critics import make_critics, trainable
-from podracer.agents.continuous.replay_learning import ContinuousParams
-from podracer.counters import Count
 from podracer.ops import continuous_q
 from podracer.types import BatchShape, BoxSpec
 from tests.agents.continuous.update_oracles import (
@@ -27,9 +25,11 @@ from tests.agents.continuous.update_oracles import (
     TOLERANCE,
     HandAdam,
     N,
+    check_acting,
     check_replay_call,
     gradient_step,
     polyak,
+    to_box,
 )
 from tests.support.helpers import assert_trees_equal
 
@@ -159,14 +159,8 @@ def test_sac_acts_in_the_box_by_its_policy_after_learning_starts(monkeypatch):
     mean, log_std = actor_net.apply(actor, OBS)
     policy_key, random_key = jax.random.split(jax.random.key(2))
     u = mean + jnp.exp(log_std) * jax.random.normal(policy_key, mean.shape)
-    policy = LOW + (np.tanh(u) + 1) / 2 * (HIGH - LOW)
     random = jax.random.uniform(random_key, (5, 2), jnp.float32, LOW, HIGH)
-    for env_steps, expected in ((4, random), (5, policy), (6, policy)):
-        action, extras = agent.act(ContinuousParams(actor, Count.of(env_steps)), OBS, jax.random.key(2))
-        np.testing.assert_allclose(action, expected, rtol=1e-5, atol=1e-6)
-        assert extras == {}
-    greedy = agent.greedy_act(ContinuousParams(actor, Count.of(0)), OBS)
-    np.testing.assert_allclose(greedy, LOW + (np.tanh(mean) + 1) / 2 * (HIGH - LOW), rtol=1e-5, atol=1e-6)
+    check_acting(agent, actor, to_box(np.tanh(u)), random, to_box(np.tanh(mean)))
 
 
 def test_sac_default_target_entropy_is_minus_the_action_dimension(monkeypatch):

@@ -15,8 +15,6 @@ import pytest
 
 from podracer.agents.continuous import networks, td3
 from podracer.agents.continuous.critics import make_critics, trainable
-from podracer.agents.continuous.replay_learning import ContinuousParams
-from podracer.counters import Count
 from podracer.types import BatchShape, BoxSpec
 from tests.agents.continuous.update_oracles import (
     HIGH,
@@ -26,9 +24,11 @@ from tests.agents.continuous.update_oracles import (
     TOLERANCE,
     HandAdam,
     N,
+    check_acting,
     check_replay_call,
     gradient_step,
     polyak,
+    to_box,
 )
 from tests.support.helpers import assert_trees_equal
 
@@ -138,14 +138,8 @@ def test_td3_acts_with_clipped_exploration_noise_after_learning_starts(monkeypat
     noise_key, random_key = jax.random.split(jax.random.key(2))
     raw = unit + 0.7 * jax.random.normal(noise_key, unit.shape)
     assert np.any(np.abs(raw) > 1.0)
-    policy = LOW + (np.clip(raw, -1.0, 1.0) + 1) / 2 * (HIGH - LOW)
     random = jax.random.uniform(random_key, (5, 2), jnp.float32, LOW, HIGH)
-    for env_steps, expected in ((4, random), (5, policy), (6, policy)):
-        action, extras = agent.act(ContinuousParams(actor, Count.of(env_steps)), OBS, jax.random.key(2))
-        np.testing.assert_allclose(action, expected, rtol=1e-5, atol=1e-6)
-        assert extras == {}
-    greedy = agent.greedy_act(ContinuousParams(actor, Count.of(0)), OBS)
-    np.testing.assert_allclose(greedy, LOW + (np.asarray(unit) + 1) / 2 * (HIGH - LOW), rtol=1e-5, atol=1e-6)
+    check_acting(agent, actor, to_box(np.clip(raw, -1.0, 1.0)), random, to_box(unit))
 
 
 def test_td3_probe_and_exact_configs():

@@ -8,6 +8,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from podracer.agents.continuous.replay_learning import ContinuousParams
+from podracer.counters import Count
 from podracer.replay import Transition
 from podracer.types import ObsSpec, box_spec
 
@@ -71,3 +73,20 @@ def check_replay_call(captured, config, state, name: str, step_metrics: tuple[st
     local = captured["replay"].init(jax.tree.map(lambda x: x[0, 0], state.local.experience))
     assert jax.tree.map(jnp.shape, local) == jax.tree.map(jnp.shape, state.local)
     assert state.local.experience.obs.shape == (1, config.buffer_size, 3)
+
+
+def to_box(unit):
+    """`[-1, 1]` actions mapped linearly onto the box `[LOW, HIGH]`."""
+    return LOW + (np.asarray(unit) + 1) / 2 * (HIGH - LOW)
+
+
+def check_acting(agent, actor, policy, random, greedy):
+    """`act` gives the `random` actions before `learning_starts` (5) env steps and the
+    `policy` actions from then on, with no extras; `greedy_act` gives `greedy`."""
+    for env_steps, expected in ((4, random), (5, policy), (6, policy)):
+        action, extras = agent.act(ContinuousParams(actor, Count.of(env_steps)), OBS, jax.random.key(2))
+        np.testing.assert_allclose(action, expected, rtol=1e-5, atol=1e-6)
+        assert extras == {}
+    np.testing.assert_allclose(
+        agent.greedy_act(ContinuousParams(actor, Count.of(0)), OBS), greedy, rtol=1e-5, atol=1e-6
+    )
