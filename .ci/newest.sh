@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The newest end of the supported range: a fresh virtual environment on Python 3.13 with the
 # newest JAX (and flax, optax, ...) that setup.cfg allows there, then the fast tier of the
-# tests. `.ci/run` runs it after the Python 3.11 leg; run it by hand the same way:
+# tests with the `costly` checks (whole updates against their oracles, processes). `.ci/run` runs it after the Python 3.11 leg; run it by hand the same way:
 #
 #     .ci/newest.sh                         # Python 3.13 from pyenv
 #     PYTHON=/path/to/python3.13 .ci/newest.sh
@@ -43,4 +43,4 @@ echo "newest.sh: $("$venv/bin/python" --version) in $venv"
 "$venv/bin/python" -m pip install --quiet --upgrade pip
 "$venv/bin/python" -m pip install --quiet --upgrade -e ".[test]"
 "$venv/bin/python" -m pip list 2>/dev/null | grep -E -i '^(jax|jaxlib|flax|optax|orbax-checkpoint|chex|gymnax|flashbax|mctx|envpool|numpy) '
-"$venv/bin/python" -m pytest -m "not slow"
+"$venv/bin/python" -m pytest -m "not slow or costly"

@@ -84,12 +84,18 @@ _TESTS = os.path.dirname(os.path.abspath(__file__))
 
 
 def pytest_collection_modifyitems(config, items):
-    """Mark each test with its top folder under tests/ (FOLDERS). Under pytest-xdist, hand out
+    """Put the `costly` tests in the slow tier, and mark each test with its top folder under
+    tests/ (FOLDERS). Under pytest-xdist, hand out
     the slow tests first (longest first packs two workers best: the short tests fill in at the
     end instead of one long test running alone), and, as every worker shares the machine's
     cores with the others and a test takes up to that many times longer, stretch each test's
     timeout (a guard against hangs, never a speed check) by the number of workers."""
     for item in items:
+        if item.get_closest_marker("costly") is not None:
+            if item.get_closest_marker("slow") is not None:  # a parameter slow for a reason of its own
+                item.own_markers[:] = [mark for mark in item.own_markers if mark.name != "costly"]
+            else:
+                item.add_marker(pytest.mark.slow)
         folder = os.path.relpath(str(item.path), _TESTS).split(os.sep)[0]
         if folder in FOLDERS:
             item.add_marker(getattr(pytest.mark, folder))

@@ -37,7 +37,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 MUTANTS = ROOT / "mutants"
-PYTEST_ARGS = ["-q", "-x", "-n", "0", "-p", "no:cacheprovider", "-m", "not slow", "--no-header", "-o", "addopts="]
+PYTEST_ARGS = ["-q", "-x", "-n", "0", "-p", "no:cacheprovider", "-m", "not slow or costly", "--no-header",
+               "-o", "addopts="]
 
 
 def generate(module: str) -> list[str]:

@@ -89,6 +89,7 @@ def test_trajectory_outputs_decode_the_observations_only():
     np.testing.assert_allclose(loss, model.train_forward(params, flatten_time_batch(traj.obs))[2], rtol=1e-6)
 
 
+@pytest.mark.costly
 def test_reconstruction_gradients_reach_the_decoder_and_encoder_not_the_heads():
     model = latent_model()
     params = jax.jit(model.init)(jax.random.key(2))

@@ -204,6 +204,7 @@ def test_impala_loss_matches_vtrace_by_hand(latent_size):
         np.testing.assert_allclose(metrics["reconstruction_loss"], 0.25)
 
 
+@pytest.mark.costly
 def test_impala_policy_gradient_does_not_flow_through_the_advantages():
     """Only the log-probabilities carry the policy term's gradient: with the value and entropy
     terms off, the values get none (V-trace's advantages are constants)."""

@@ -68,6 +68,7 @@ def test_running_stats_equal_numpy_over_every_batch():
 BOX = BoxSpec((2,), np.array([-1.0, 0.0], np.float32), np.array([1.0, 0.5], np.float32))
 
 
+@pytest.mark.costly
 def test_gaussian_act_clips_to_the_box_and_keeps_the_raw_sample():
     """`act`'s action lies in the box (per dimension bounds), the unclipped sample travels
     in extras with its own log-probability (and no value: the critic, a network of its own,

@@ -129,6 +129,7 @@ def test_gae_uses_one_value_function_under_policy_lag(lag, act_values):
     assert bool(recomputed) == bool(lag and act_values)
 
 
+@pytest.mark.costly
 def test_minibatches_are_uniformly_random_permutations():
     """`random_permutation` (what every epoch's minibatches are shuffled by): a
     permutation of `range(size)` at sizes with and without a remainder, another for another

@@ -118,6 +118,7 @@ def check_against_oracle(model, params, traj):
     np.testing.assert_allclose(traj.extras["value"], value, rtol=1e-5, atol=1e-5)  # the actor's own
 
 
+@pytest.mark.costly
 def test_learner_unroll_equals_each_episode_on_an_anakin_trajectory():
     """Anakin: the second rollout (starting mid-episode, from a carried core state)."""
     model, params = model_and_params()
@@ -132,6 +133,7 @@ def test_learner_unroll_equals_each_episode_on_an_anakin_trajectory():
     check_against_oracle(model, params, jax.device_get(second_rollout(jax.random.key(3))))
 
 
+@pytest.mark.costly
 def test_learner_unroll_equals_each_episode_on_a_sebulba_trajectory():
     """Sebulba: an actor thread on the same environment stepped on the host; its second
     rollout goes on from the core state the actor kept."""

@@ -73,11 +73,13 @@ def _config(preset, env_id, tmp_path, devices=1, **agent):
     pytest.param("dqn-cartpole-anakin", "StructuredWalk-v0", {"learning_starts": 64}, marks=pytest.mark.slow),
     ("pqn-cartpole-anakin", "StructuredWalkNoMask-v0", {}),
 ])
+@pytest.mark.costly
 def test_algorithms_train_on_structured_observations(preset, env_id, agent, tmp_path):
     result = podracer.train(_config(preset, env_id, tmp_path, **agent), console=False)
     assert result.metrics[-1]["env_steps"] == 256
 
 
+@pytest.mark.costly
 def test_ppo_on_structured_observations_on_four_devices(tmp_path):
     config = _config("ppo-cartpole-anakin", "StructuredWalk-v0", tmp_path, devices=4)
     assert podracer.train(config, console=False).metrics[-1]["env_steps"] == 256

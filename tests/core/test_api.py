@@ -221,6 +221,7 @@ def _python(code: str, cwd, timeout: float = 120):
                           text=True, timeout=timeout)
 
 
+@pytest.mark.costly
 def test_import_podracer_is_light_and_reaches_the_library():
     """`import podracer` in a fresh process starts no JAX backend and imports nothing from the
     runners or `experiments/` (the layers keep their direction at import time), and the
@@ -238,6 +239,7 @@ def test_import_podracer_is_light_and_reaches_the_library():
 
 
 @pytest.mark.parametrize("package", [pytest.param(True, marks=pytest.mark.slow), False], ids=["package", "namespace"])
+@pytest.mark.costly
 def test_api_uses_podracers_experiments_beside_a_folder_of_the_users(tmp_path, package):
     """From a directory with an `experiments/` folder of its own (first on sys.path for
     `python -c`), the API loads podracer's `experiments` package, the one beside `podracer/`;

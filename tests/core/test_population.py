@@ -156,6 +156,7 @@ def test_a_sweep_stopped_and_resumed_is_exact(tmp_path):
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.costly
 def test_the_command_line_sweep_errors_are_one_line_with_status_2():
     for args, message in ((["--sweep", "agent.learning-rat=1e-3,1e-4"], "did you mean agent.learning_rate"),
                           (["--sweep", "agent.num-epochs=1,2"], "agent.num_epochs changes shapes or control flow")):

@@ -412,6 +412,7 @@ def test_user_env_spec_check_uses_the_runs_parameters(monkeypatch):
         make_configured_jax_env(EnvConfig("Track-v0", params=("length=6",)))
 
 
+@pytest.mark.costly
 def test_step_batch_honours_an_overridden_step_and_default_params():
     """An environment that overrides `step` itself gets its own `step`, vmapped (the split
     halves would bypass it); `params=None` means the environment's defaults, as for `step`."""

@@ -40,6 +40,7 @@ def _params(names):
 
 
 @pytest.mark.parametrize("name", list(SUITES))
+@pytest.mark.costly
 def test_a_suite_id_builds_and_passes_the_setup_check(name):
     env_id = _suite(name)
     assert env_id in jax_env_ids()
@@ -71,6 +72,7 @@ def _anakin(env_id, tmp_path, devices):
 
 @pytest.mark.parametrize("name", _params(SUITES))
 @pytest.mark.parametrize("devices", [1, pytest.param(4, marks=pytest.mark.slow)])
+@pytest.mark.costly
 def test_a_suite_trains_under_anakin(name, devices, tmp_path):
     result = podracer.train(_anakin(_suite(name), tmp_path, devices), console=False)
     assert result.metrics[-1]["env_steps"] == 128
@@ -107,6 +109,7 @@ def test_an_id_a_suite_does_not_know_is_an_unknown_env_error_with_close_matches(
 
 
 @pytest.mark.parametrize("name", _params(["navix", "xminigrid", "craftax"]))
+@pytest.mark.costly
 def test_suites_that_can_render_draw_frames_under_vmap(name):
     """What `podracer evaluate --video` does with an episode's inner states."""
     from podracer.envs.render import can_render

@@ -77,6 +77,7 @@ register_jax_env("ThirdPartyPatterns-v0", Patterns, overwrite=True)
 
 
 @pytest.mark.parametrize("devices,seeds", [(1, 1), (4, 1), (4, 2)])
+@pytest.mark.costly
 def test_third_party_patterns_compile_and_run_under_anakin(devices, seeds, tmp_path):
     config = podracer.presets.get(
         "ppo-cartpole-anakin", env=dict(id="ThirdPartyPatterns-v0"), total_env_steps=256, run_dir=str(tmp_path / "run"),
@@ -126,6 +127,7 @@ def _config(env_id, tmp_path):
         agent=dict(hidden_sizes=(8,), num_minibatches=1), log=dict(console=False, tensorboard=False))
 
 
+@pytest.mark.costly
 def test_setup_compares_states_by_structure_never_by_the_library_equality(tmp_path):
     register_jax_env("ThirdPartyOddEquality-v0", WithOddEquality, overwrite=True)
     result = podracer.train(_config("ThirdPartyOddEquality-v0", tmp_path), console=False)

@@ -74,6 +74,7 @@ def test_cpu_devices_splits_the_cpu_before_jax_starts():
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.costly
 def test_cpu_devices_take_effect_with_a_user_module_that_starts_jax(tmp_path):
     """A `PODRACER_IMPORT` module may run JAX at import (a `jnp` constant): the command sets
     `--cpu-devices` first, so the count still applies (it used to be a RuntimeError traceback:
@@ -88,6 +89,7 @@ def test_cpu_devices_take_effect_with_a_user_module_that_starts_jax(tmp_path):
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.costly
 def test_coordinator_auto_outside_a_cluster_is_a_user_error(tmp_path):
     """`--distributed.coordinator auto` where JAX finds no cluster (no SLURM, Open MPI or
     TPU pod): one line naming the field, exit 2, no run directory; in a fresh process, as
@@ -142,6 +144,7 @@ def test_an_override_is_never_taken_for_an_option_it_abbreviates():
     assert args.episodes == 100 and rest == ["--episode", "3"]  # then refused as an unexpected argument
 
 
+@pytest.mark.costly
 def test_python_m_podracer_is_the_command_and_tells_its_version():
     """`python -m podracer` runs the `podracer` command; `--version` prints the package's
     version; no command at all shows the commands (exit 2), not only "a command is required"."""

@@ -37,6 +37,7 @@ sys.exit(launch.launch_local([], 2, None))
 """
 
 
+@pytest.mark.costly
 def test_sigterm_to_the_launcher_stops_every_process(tmp_path):
     """SIGTERM to `launch-local` (a scheduler's, or `kill`) reaches every process of the run,
     which stops as after a signal of its own, and the launcher waits for them and exits 143;
@@ -90,6 +91,7 @@ sys.exit(1)
 """
 
 
+@pytest.mark.costly
 def test_a_killed_process_is_the_status_reported_even_when_the_others_end_with_it(tmp_path):
     """The process that was killed, not the one that followed it, names the launcher's exit
     status, as 128 + the signal (a shell's convention; Popen's -9 would exit 247)."""

@@ -248,6 +248,7 @@ def test_a_new_run_into_a_run_with_checkpoints_is_refused(trained_run, tmp_path,
     assert read_rows(trained_run) == rows
 
 
+@pytest.mark.costly
 def test_a_new_run_starts_a_fresh_metrics_file(tmp_path):
     """Rows left by an earlier attempt that wrote no checkpoint are not kept by a new run."""
     (tmp_path / "metrics.jsonl").write_text('{"env_steps": 999999}\n')
@@ -385,6 +386,7 @@ def test_signals_set_the_stop_request_and_handlers_come_back():
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.costly
 def test_cartpole_episode_renders_to_frames():
     from experiments.evaluate import Policy, record_episode
 

@@ -215,6 +215,7 @@ def test_pairing_is_checked_before_compiling(name, space, arch, capsys, monkeypa
 
 
 @pytest.mark.parametrize("name, space", SUPPORTED)
+@pytest.mark.costly
 def test_act_and_greedy_act_agree_with_the_spec(name, space):
     """Shapes, dtypes, bounds and legality of the actions, and extras batched like them."""
     algorithm = FLAVOURS[name]

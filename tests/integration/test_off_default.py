@@ -9,10 +9,10 @@ of fields is kept here: a new field is covered by these tests as soon as it exis
 fails them if nothing it changes shows. The only list is `EXEMPT`: fields that cannot change
 a short Anakin run, each with the reason and the test that covers it.
 
-The fast tier runs, per algorithm, the fields that are traced values of one compiled
-program (every numeric hyperparameter a population can sweep: rates, coefficients,
-discounts) as members of that program, and the architecture and environment fields; the
-`slow` tier runs each algorithm's every field, including those that set shapes or branches
+The `costly` checks (`-m "not slow or costly"`) run, per algorithm, the fields that are
+traced values of one compiled program (every numeric hyperparameter a population can sweep:
+rates, coefficients, discounts) as members of that program, and the architecture and
+environment fields; the rest of the slow tier runs each algorithm's every field, including those that set shapes or branches
 (one program each) and those that matter only with another field changed.
 """
 
@@ -78,6 +78,7 @@ def uncovered(section: str, fields: list[str], covered: dict[str, str]) -> list[
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("name", [n for n in ALGORITHMS if n not in COSTLY])
+@pytest.mark.costly
 def test_traced_hyperparameters_off_default_change_the_run(name):
     """Each numeric field an algorithm reads as a traced value, at each off-default value
     its config accepts, runs as a member of one program beside the base config: every
@@ -125,6 +126,7 @@ def test_every_agent_field_off_default_changes_the_step(name):
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("section", [pytest.param(AnakinConfig, marks=pytest.mark.slow), EnvConfig])
+@pytest.mark.costly
 def test_architecture_and_environment_fields_off_default_change_the_run(section):
     """Each field of Anakin's and the environment's config, off its value, changes the
     short run of a PPO agent (or is in `EXEMPT`, with the test that covers it)."""

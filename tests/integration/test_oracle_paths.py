@@ -140,6 +140,7 @@ def test_acting_and_whole_batch_unroll_equal_each_episode_alone(recurrent):
 
 
 @pytest.mark.parametrize("num_minibatches", [1, 2, 4])
+@pytest.mark.costly
 def test_minibatch_path_replays_each_sequence_from_its_stored_state(recurrent, num_minibatches):
     """The learner's minibatch path (`prepare`, `minibatches`, `forward` / `train_forward`),
     fed the oracle's outputs beside the inputs: every minibatch's forward pass over its
@@ -165,6 +166,7 @@ def test_minibatch_path_replays_each_sequence_from_its_stored_state(recurrent, n
     assert sorted(seen) == list(range(B))
 
 
+@pytest.mark.costly
 def test_recurrent_ppo_advantages_are_rlax_gae_on_each_episode(recurrent):
     """The recurrent update's GAE (`outputs`, then `gae_from_values`) and the losses of its
     first SGD step (one epoch, one minibatch, unnormalised advantages, on-policy): `pg_loss =
@@ -203,6 +205,7 @@ def test_recurrent_ppo_advantages_are_rlax_gae_on_each_episode(recurrent):
 
 
 @pytest.mark.parametrize("algorithm", ["ppo-vtrace", "impala"])
+@pytest.mark.costly
 def test_recurrent_vtrace_updates_are_rlax_vtrace_on_each_episode(recurrent, algorithm):
     """Off-policy (behaviour log-probabilities perturbed): the recurrent PPO-V-trace update's
     advantages and targets, and the first-step losses of PPO-V-trace and of IMPALA (whose

@@ -128,6 +128,7 @@ def test_drawn_runs_count_exactly_and_stay_finite(config):
     length=st.sampled_from([5, 40]),
     seed=st.integers(0, 2**31 - 1),
 )
+@pytest.mark.costly
 def test_every_transition_is_one_environments_step(env_id, num_envs, length, seed):
     """In a rollout, each environment's column is its own chain: where an episode goes on,
     `next_obs[t]` is `obs[t + 1]` of the same column; rewards and observations are finite

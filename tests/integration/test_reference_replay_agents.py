@@ -69,6 +69,7 @@ def dqn_sample(key, N: int = 16) -> ReplaySample:
 
 
 @pytest.mark.parametrize("num_devices, double_q", [(1, True), (4, True), (1, False)])
+@pytest.mark.costly
 def test_dqn_gradient_step_equals_the_reference(num_devices, double_q):
     """One gradient step on a given weighted sample, with a target network of its own (so
     Double DQN's selection matters), then a Polyak target update."""
@@ -98,6 +99,7 @@ def test_dqn_gradient_step_equals_the_reference(num_devices, double_q):
 
 
 @pytest.mark.parametrize("path", ["one_device", pytest.param("sebulba_4_devices", marks=pytest.mark.slow)])
+@pytest.mark.costly
 def test_dqn_update_equals_the_reference(path):
     """The whole update with the contract's exact config: the trajectory into the buffer,
     its 1-step transitions (no bootstrap past a termination, a time limit's from its final
@@ -144,6 +146,7 @@ def test_anakin_dqn_update_equals_the_reference():
 
 
 @pytest.mark.parametrize("path", ["one_device", pytest.param("sebulba_4_devices", marks=pytest.mark.slow)])
+@pytest.mark.costly
 def test_sac_update_equals_the_reference(path):
     """SAC with the contract's exact config (temperature 0, a policy of negligible spread, one
     step on all of the trajectory's transitions): critics, actor and target critics. Actions

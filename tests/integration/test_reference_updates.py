@@ -100,6 +100,7 @@ def expected_update(config, params, traj, keys, num_updates: int):
         pytest.param(IMPALA, "sebulba_4_devices", id="impala-sebulba_4_devices", marks=pytest.mark.slow),
     ],
 )
+@pytest.mark.costly
 def test_actor_critic_update_equals_the_reference(config, path):
     """Two epochs of two minibatches from behaviour parameters off the learner's, on a
     trajectory with terminations and time limits (the last step too)."""
@@ -129,6 +130,7 @@ def test_anakin_update_equals_the_reference(config):
     assert_same_update(after.params, expected, before.params)
 
 
+@pytest.mark.costly
 def test_impala_update_with_replay_equals_the_reference():
     """IMPALA learning from its rollout plus as many sequences replayed from its buffer, which
     holds an earlier rollout (replayed sequences may cross from it into this one, where the

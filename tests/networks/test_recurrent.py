@@ -51,6 +51,7 @@ def per_episode(core, params, state0, x, end, first):
 
 
 @pytest.mark.parametrize("kind", ["lstm", "gru"])
+@pytest.mark.costly
 def test_unroll_equals_each_episode_run_from_the_initial_state(kind):
     core = ResetCore(kind, size=4)
     x, end, first = trajectory(0)

@@ -71,6 +71,7 @@ def test_ppo_with_a_cnn_torso_acts_and_learns():
 
 
 @pytest.mark.parametrize("torso", ["NatureCNN", pytest.param("ImpalaCNN", marks=pytest.mark.slow)])
+@pytest.mark.costly
 def test_cnn_torsos_scale_uint8_frames_only(torso):
     """uint8 frames are scaled to [0, 1]; float inputs (frames already scaled, or
     observations normalised by `--agent.normalize-observations`) are used as they are."""

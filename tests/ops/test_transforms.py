@@ -44,6 +44,7 @@ def test_two_hot_hand_computed_and_round_trip(variant):
     np.testing.assert_allclose(ops.two_hot(x, -2.0, 2.0, 5), rlax.transform_to_2hot(x, -2.0, 2.0, 5), atol=1e-4)
 
 
+@pytest.mark.costly
 def test_scalar_categorical_round_trip_through_logits(variant):
     """Scalars inside the support (|x| <= max_value) come back from `log(two_hot(h(x)))` as
     logits; MuZero's Atari support (the integers -300 .. 300 of h) is max_value = h^-1(300)."""

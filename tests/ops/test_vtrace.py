@@ -61,6 +61,7 @@ def test_matches_rlax_with_independent_successor_values_and_lambda_vector():
 
 
 @pytest.mark.parametrize("stop_target_gradients", [True, False])
+@pytest.mark.costly
 def test_gradients_match_rlax(stop_target_gradients):
     inputs = {k: v[:, 0] for k, v in random_batch(5, T=6, B=1).items()}
 

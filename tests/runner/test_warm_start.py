@@ -61,6 +61,7 @@ def test_a_run_continues_from_another_runs_policy(tmp_path):
     assert max(cold.metrics[0]["episode_return_per_seed"]) < 0.0, cold.metrics[0]
 
 
+@pytest.mark.costly
 def test_seeds_pair_up_and_integer_leaves_start_fresh(tmp_path):
     """PQN's parameters hold its env-step counter (the epsilon schedule's position): the
     Q-network comes from the source, the counter starts at zero. A source of 2 seeds into
@@ -77,6 +78,7 @@ def test_seeds_pair_up_and_integer_leaves_start_fresh(tmp_path):
     assert all(int(np.asarray(leaf).max()) == 0 for leaf in jax.tree.leaves(start.env_steps))
 
 
+@pytest.mark.costly
 def test_sebulba_starts_from_an_anakin_run(tmp_path):
     """The same agent on CartPole: an Anakin run's parameters (seed axis) start a Sebulba
     learner (none), replicated over its 2 learner devices."""
@@ -94,6 +96,7 @@ def test_sebulba_starts_from_an_anakin_run(tmp_path):
             np.testing.assert_array_equal(np.asarray(shard.data), np.asarray(expected)[0])
 
 
+@pytest.mark.costly
 def test_a_source_that_does_not_fit_is_refused_before_the_run_starts(tmp_path):
     config = Config(env=EnvConfig("Catch"), total_env_steps=8 * 16, agent=PPOConfig(num_minibatches=2),
                     arch=AnakinConfig(num_envs=8, rollout_length=16, devices=(0,)))

@@ -193,6 +193,7 @@ class NanRewardEnv(FailingEnv):
         return step._replace(timestep=step.timestep._replace(reward=step.timestep.reward * np.nan))
 
 
+@pytest.mark.costly
 def test_a_nan_reward_stops_every_thread_naming_the_environment(monkeypatch):
     """A host environment that returns NaN rewards ends the run promptly with a
     `NonFiniteError` (the command line's one line, exit 1) naming the environment, not the

@@ -86,6 +86,7 @@ def test_non_finite_loss_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
         assert checkpoints.latest_step() == 4
 
 
+@pytest.mark.costly
 def test_non_finite_parameters_on_a_checkpoint_step_keep_the_last_good_checkpoint(tmp_path, monkeypatch):
     """Update 8, a checkpoint step, returns NaN parameters with a finite loss: the learner
     stops naming the parameters, never checkpoints them, and the latest checkpoint stays
@@ -159,6 +160,7 @@ def test_evaluating_an_episode_that_never_ends_stops_at_max_steps():
     assert unfinished == 3
 
 
+@pytest.mark.costly
 def test_a_checkpoint_waits_for_the_rows_it_counts_to_be_written(tmp_path):
     """The learner saves a checkpoint counting the rows it queued; with slow sinks (here
     0.3 s a row) it waits until the main thread has written them, so a process killed just

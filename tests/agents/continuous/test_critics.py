@@ -119,6 +119,7 @@ def probe_batch(n: int = 64, seed: int = 0):
 
 
 @pytest.mark.parametrize("make", [SACConfig, TD3Config], ids=["sac", "td3"])
+@pytest.mark.costly
 def test_distributional_loss_decreases_on_a_fixed_batch(make):
     """FastTD3's critics fit a fixed batch's projected targets (fixed target critics): the
     cross-entropy falls, and the expected values the actor reads move towards the returns
@@ -149,6 +150,7 @@ def test_distributional_loss_decreases_on_a_fixed_batch(make):
     assert float(jnp.mean(jnp.abs(q[:, ::2] - terminal))) < 0.7 * float(jnp.mean(jnp.abs(q_before[:, ::2] - terminal)))
 
 
+@pytest.mark.costly
 def test_crossq_normalises_current_and_next_batches_together():
     """By construction of the joint pass: in training mode the current Q depends on the next
     batch (shared batch statistics); the pass advances the running statistics; evaluation
@@ -258,6 +260,7 @@ def cases(fast: tuple[str, str] | None) -> list:
 
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("name, critic", cases(fast=("td3", "crossq")))
+@pytest.mark.costly
 def test_update_on_four_devices_equals_the_global_batch_on_one(name, critic):
     """The contract suite's check with the new critics: CrossQ's batch statistics are
     averaged over devices, so 4 devices give the 1-device update, statistics included."""

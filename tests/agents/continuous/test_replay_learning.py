@@ -67,6 +67,7 @@ def initial(replay):
     return replay_learning.initial_state(actor, learner, replay, OBS_SPEC, ACTION_SPEC)
 
 
+@pytest.mark.costly
 def test_updates_add_the_steps_then_learn_on_batches_sampled_with_each_steps_key():
     """Update 1 (6 env steps, under `learning_starts` 8) only fills the buffer; update 2 (the
     stream continued) takes the 2 gradient steps, step i sampling with the first half of the

@@ -117,6 +117,7 @@ def test_target_smoothing_clips_the_noise_and_the_action():
     np.testing.assert_array_equal(continuous_q.smoothed_target_action(jax.random.key(0), action, 0.0, 0.5), action)
 
 
+@pytest.mark.costly
 def test_n_step_targets_across_episode_ends():
     """The buffer's n-step (n = 3) targets of one environment's stream with a termination after
     step 2 and a truncation after step 5: returns stop at episode ends, a terminated episode
@@ -156,6 +157,7 @@ def one_update(config, steps: int = 1):
 @pytest.mark.parametrize("config", [SACConfig(buffer_size=256, batch_size=32, learning_starts=0, tau=0.25),
                                     TD3Config(buffer_size=256, batch_size=32, learning_starts=0, tau=0.25,
                                               policy_delay=1)], ids=["sac", "td3"])
+@pytest.mark.costly
 def test_target_critics_are_polyak_averages(config):
     before, after = one_update(config)
     expected = jax.tree.map(lambda new, old: 0.25 * new + 0.75 * old, after.opt_state.critic,
@@ -191,6 +193,7 @@ def test_sac_temperature_moves_only_with_autotune():
 @pytest.mark.parametrize("config", [SACConfig(learning_starts=10**6), SACConfig(learning_starts=0),
                                     TD3Config(learning_starts=0, exploration_noise=5.0)],
                          ids=["random", "sac", "td3-noisy"])
+@pytest.mark.costly
 def test_actions_are_inside_the_box(config):
     """Pendulum's box is [-2, 2]: random actions before learning_starts spread over it,
     policy actions and greedy actions stay inside it."""

@@ -63,6 +63,7 @@ def sac_model(config):
 
 
 @pytest.mark.parametrize("autotune", [True, False], ids=["autotune", "fixed"])
+@pytest.mark.costly
 def test_sac_gradient_steps_equal_adam_by_hand_on_its_losses(autotune, monkeypatch):
     """Three gradient steps (policy delay 2: the actor and temperature move on the first and
     third): the critics by Adam on `sac_critic_loss`'s gradient, the actor by Adam on

@@ -54,6 +54,7 @@ def td3_model(config):
 
 
 @pytest.mark.parametrize("critic", ["twin", "crossq"])
+@pytest.mark.costly
 def test_td3_gradient_steps_equal_adam_by_hand_on_its_losses(critic, monkeypatch):
     """Three gradient steps (policy delay 2: the actor and both targets move on the second
     only, counted from 1): the critics by Adam on `td3_critic_loss`'s gradient (the target

@@ -194,6 +194,7 @@ def learn_by_hand(params, opt_state, sample, lr_scale):
     return optax.apply_updates(params, updates), opt_state, metrics
 
 
+@pytest.mark.costly
 def test_one_gradient_step_traces_to_adamw_on_the_sequence_losss_gradient():
     params = jax.eval_shape(lambda key: init_params(NETWORK, key, OBS_SPEC), jax.random.key(0))
     optimizer = learning.make_optimizer(CONFIG)

@@ -121,6 +121,7 @@ def test_loss_shapes_masks_and_step_scaling():
 
 
 @pytest.mark.timeout(180)
+@pytest.mark.costly
 def test_unroll_of_the_network_has_the_right_shapes():
     config = MuZeroConfig(hidden_sizes=(8,), latent_size=6, dynamics_hidden_sizes=(8,), prediction_hidden_sizes=(8,),
                           num_bins=9)

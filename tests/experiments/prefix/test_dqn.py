@@ -141,6 +141,7 @@ def test_greedy_designs_of_a_run_last_its_time_limit(tmp_path, monkeypatch):
 @pytest.mark.parametrize("name,bits", [("dqn-prefix16-anakin", 16), ("dqn-prefix16-sebulba", 16),
                                        ("dqn-prefix32-sebulba", 32), ("dqn-prefix16-front-sebulba", 16),
                                        ("dqn-prefix32-front-sebulba", 32)])
+@pytest.mark.costly
 def test_presets_build_the_prefix_agent(name, bits):
     """Each preset names its prefix-adder env and builds PrefixRL's agent on its specs."""
     from experiments.prefix.host_env import parse_host_id

@@ -153,6 +153,7 @@ def test_a_damaged_cache_line_that_is_not_utf8_costs_that_line_only(tmp_path):
     assert len(cache_designs(str(path), "a")) == len(graphs)  # three survivors and the one synthesised again
 
 
+@pytest.mark.costly
 def test_reward_pool_waits_are_bounded_and_errors_surface():
     slow = CountingCost(delay_s=2.0)
     with RewardPool(evaluate=slow, identity="slow", executor=cf.ThreadPoolExecutor(1)) as pool:
