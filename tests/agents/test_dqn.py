@@ -204,7 +204,7 @@ def run_credit_updates(unroll_sgd: bool):
     return state, taken, achieved
 
 
-@pytest.mark.slow
+@pytest.mark.costly
 @pytest.mark.timeout(60)
 def test_replay_ratio_credit_carries_fractions_and_is_logged():
     """Ratio 0.3 on 20 transitions per update with batches of 16 earns 0.375 steps per
@@ -226,7 +226,7 @@ def test_replay_ratio_credit_carries_fractions_and_is_logged():
         DQNConfig(replay_ratio=0.0)
 
 
-@pytest.mark.slow
+@pytest.mark.costly
 @pytest.mark.timeout(120)
 def test_importance_exponent_reaches_one_at_the_last_update():
     """Prioritized replay's beta anneals over the updates that learn, not from the run's
@@ -282,7 +282,7 @@ def test_the_registered_probe_config():
         gamma=0.9)
 
 
-@pytest.mark.slow
+@pytest.mark.costly
 @pytest.mark.parametrize("n_step", [1, 2])
 def test_sampling_holds_back_only_the_newest_n_minus_1_steps_of_each_environment(n_step):
     """4 steps of 2 environments in a buffer of 8: n-step transitions are drawn from every

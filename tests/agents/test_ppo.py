@@ -335,7 +335,7 @@ def test_the_registered_probe_config_is_the_one_these_probes_train():
     assert ALGORITHM.probe_config() == FAST
 
 
-@pytest.mark.slow
+@pytest.mark.costly
 def test_a_latent_learns_with_the_configured_reconstruction_loss():
     """One epoch of one minibatch: the logged `reconstruction_loss` is the loss at the update's
     start, the model's sigmoid cross-entropy of 0/1 observations (not the squared error)."""

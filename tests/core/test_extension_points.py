@@ -124,6 +124,15 @@ def test_a_registered_torso_takes_its_options_from_the_config(fresh_registries):
     params = network.init(jax.random.key(0), np.zeros((1, 3), np.float32))
     assert network.apply(params, np.zeros((5, 3), np.float32)).shape == (5, 2)  # DQN's head on the features
     assert {leaf.shape for leaf in jax.tree.leaves(params)} >= {(3, 24)}
+    # A torso that outputs action values itself is the whole Q-network: no head on top.
+    register_torso("q-values", WideOptions, lambda options, obs_spec, action_spec: WideMLP(action_spec.num_actions),
+                   outputs="action_values")
+    network = dqn.make_q_network(DQNConfig(torso="q-values"), ObsSpec((3,), np.float32), DiscreteSpec(2))
+    params = network.init(jax.random.key(0), np.zeros((1, 3), np.float32))
+    assert [leaf.shape for leaf in jax.tree.leaves(params)] == [(2,), (3, 2)]  # its one Dense layer
+    x = np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32)
+    dense = params["params"]["Dense_0"]
+    np.testing.assert_allclose(network.apply(params, x), np.maximum(x @ dense["kernel"] + dense["bias"], 0), rtol=1e-6)
     with pytest.raises(ConfigError, match="agent.torso_options: width must be >= 1"):
         DQNConfig(torso="wide", torso_options=("width=0",))
     with pytest.raises(ConfigError, match="agent.torso_options: width must be an integer"):

@@ -94,7 +94,7 @@ def test_an_episode_cut_by_its_limit_and_one_that_reaches_the_goal(env):
     np.testing.assert_array_equal(truncated, [0] * 5 + [1] + [0] * 5)
 
 
-@pytest.mark.slow
+@pytest.mark.costly
 def test_a_random_start_is_drawn_from_the_resets_key():
     """MiniGrid-EmptyRandom-5x5 places the agent by the reset's key: four keys, more than one
     start (MiniGrid-Empty-5x5, the fast tests' id, always starts at (1, 1))."""

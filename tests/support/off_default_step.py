@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import itertools
 import typing
 from typing import Any, Iterator
 
@@ -261,16 +262,32 @@ def coverage(algorithm: Algorithm, measure: Measure, fields: list[str] | None = 
             )
     left = [f for f in wanted if f not in covered]
     numeric = traceable_fields(probe, first, [f for f in numeric_fields(probe) if f in left]) if left else []
-    reads = {id(s): reaching(s[1], s[0], numeric) for s in settings} if numeric else {}
+    reads: dict[int, set[str]] = {}
+
+    def reading(setting: tuple[str, Any, str]) -> set[str]:
+        """The numeric fields left whose values reach `setting`'s results (traced when first asked)."""
+        if id(setting) not in reads:
+            reads[id(setting)] = reaching(setting[1], setting[0], numeric)
+        return reads[id(setting)]
+
     for field in left:
-        # The settings its value reaches the results of, the base settings, then the three
-        # whose change is nearest to its name.
+        # The base settings; the switches (a mode chosen, a feature turned on) that its value
+        # reaches the results of, then the other switches; the other settings it reaches;
+        # then the three whose change is nearest to its name. Nearest to its name first
+        # within each; a setting is traced for `reading` only when reached, and a setting met
+        # twice is measured once (`Measure`).
         near = sorted(settings, key=lambda s: -_nearness(field, s[2]))
-        readers = [s for s in near if field in reads.get(id(s), ())]
-        bases = [s for s in settings[: len(env_ids)] if s not in readers]
-        switches = [s for s in near if s not in readers and s not in bases and switch[id(s)]]
-        rest = [s for s in near if s not in readers + bases + switches][:TRIES]
-        for env_id, base, where in readers + bases + switches + rest:
+        bases = settings[: len(env_ids)]
+        switches = [s for s in near if s not in bases and switch[id(s)]]
+        others = [s for s in near if s not in bases and s not in switches]
+        order = itertools.chain(
+            bases,
+            (s for s in switches if field in numeric and field in reading(s)),
+            switches,
+            (s for s in others if field in numeric and field in reading(s)),
+            others[:TRIES],
+        )
+        for env_id, base, where in order:
             count = 0
             for _, changes in static_changes(base, [field]):
                 if field in covered or count >= TRIES:

@@ -253,7 +253,7 @@ def test_update_reports_its_metrics_and_keeps_the_states_shapes():
     assert all(m.shape == () for m in metrics.values())
 
 
-@pytest.mark.slow
+@pytest.mark.costly
 def test_one_update_adds_the_rollout_learns_once_and_anneals_the_rate():
     """One compiled update (about 11 s here, loaded) of a rollout of 4 steps of 2
     environments, one gradient step per update, the rate annealed over 5 updates."""
