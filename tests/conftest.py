@@ -4,7 +4,6 @@ so that the many small runs of identical programs compile once; and the `variant
 of the pure-function tests; and a marker per folder. Other shared helpers are in tests/support/."""
 
 import atexit
-import gc
 import os
 import shutil
 import tempfile
@@ -82,19 +81,6 @@ def variant(request):
 FOLDERS = ("agents", "anakin", "core", "envs", "experiments", "integration", "networks", "ops", "replay",
            "runner", "sebulba", "support")
 _TESTS = os.path.dirname(os.path.abspath(__file__))
-
-
-def pytest_collection_finish(session):
-    """Python's cyclic garbage collector, tuned for a process that traces and compiles
-    thousands of JAX programs: what is alive once the tests are collected (JAX, flax, the
-    test modules) frozen out of its scans, and the youngest generation collected every
-    100,000 allocations instead of every 700. About 10% less time on the fast tier of
-    tests/agents and tests/replay (`-n 0`, mean of 4-5 runs each, which vary by +-6 s:
-    75.6 s -> 68.2 s, the same peak memory); cycles of garbage live a little longer. In each
-    pytest-xdist worker."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(100_000, 10, 10)
 
 
 def pytest_collection_modifyitems(config, items):
