@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The newest end of the supported range: a fresh virtual environment on Python 3.13 with the
 # newest JAX (and flax, optax, ...) that setup.cfg allows there, then the fast tier of the
-# tests with the `costly` checks (whole updates against their oracles, processes). `.ci/run` runs it after the Python 3.11 leg; run it by hand the same way:
+# tests with the `costly` checks (whole updates against their oracles, processes). `.ci/run`
+# runs it after the Python 3.11 leg; run it by hand the same way:
 #
 #     .ci/newest.sh                         # Python 3.13 from pyenv
 #     PYTHON=/path/to/python3.13 .ci/newest.sh

@@ -218,7 +218,8 @@ def coverage(algorithm: Algorithm, measure: Measure, fields: list[str] | None = 
     environment): the traced numeric fields as members of one program, every other field
     at its off-default values (with the companion another field's check asks for). Then
     what is left, which is meant to matter only in another setting, in the settings with
-    one other field changed, those that read the field where the base does not first."""
+    one other field changed: the switches (a mode chosen, a feature turned on) first, and
+    among them those whose results the field's value reaches."""
     probe = short_run_base(algorithm.default_probe_config())
     env_ids = [ENVS[space] for space in (DiscreteSpec, BoxSpec) if space in algorithm.action_spaces]
     wanted = fields if fields is not None else [f.name for f in dataclasses.fields(probe)]
