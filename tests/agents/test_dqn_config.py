@@ -1,7 +1,6 @@
 """`DQNConfig`: every refusal's whole message at each edge of its range, the replay ratio's
 gradient steps per update, and the options of a registered torso. Nothing is compiled."""
 
-import dataclasses
 import re
 
 import pytest
@@ -11,6 +10,7 @@ from podracer.agents import DQNConfig
 from podracer.agents.networks import TORSOS
 from podracer.config import ConfigError
 from podracer.networks.registry import register_torso, registered_torsos
+from tests.support.helpers import WideOptions
 
 POSITIVE = (
     "learning_rate",
@@ -92,15 +92,6 @@ def test_gradient_steps_per_update(replay_ratio, batch_size, per_device, steps, 
     config = DQNConfig(gradient_steps=3, replay_ratio=replay_ratio, batch_size=batch_size, buffer_size=1000)
     assert config.steps_per_update(per_device) == pytest.approx(steps)
     assert config.max_steps_per_update(per_device) == most
-
-
-@dataclasses.dataclass(frozen=True)
-class WideOptions:
-    width: int = 16
-
-    def __post_init__(self):
-        if self.width < 1:
-            raise ValueError(f"width must be >= 1, got {self.width}")
 
 
 def test_a_registered_torsos_options_are_parsed_by_its_own_options_class(monkeypatch):

@@ -28,6 +28,7 @@ from podracer.envs.host import host_backend, host_env_specs
 from podracer.networks.registry import register_torso, registered_torsos
 from podracer.plugins import load_plugins
 from podracer.types import DiscreteSpec, ObsSpec
+from tests.support.helpers import WideOptions
 
 
 @pytest.fixture
@@ -107,16 +108,6 @@ class WideMLP(nn.Module):
 
 
 def test_a_registered_torso_takes_its_options_from_the_config(fresh_registries):
-    import dataclasses
-
-    @dataclasses.dataclass(frozen=True)
-    class WideOptions:
-        width: int = 16
-
-        def __post_init__(self):
-            if self.width < 1:
-                raise ValueError(f"width must be >= 1, got {self.width}")
-
     register_torso("wide", WideOptions, lambda options, obs_spec, action_spec: WideMLP(options.width))
     assert "wide" in registered_torsos()
     config = DQNConfig(torso="wide", torso_options=("width=24",))

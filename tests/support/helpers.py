@@ -2,6 +2,7 @@
 injection, the tiny lifecycle run, and running the command line (in process or as a
 subprocess) and reading what it wrote."""
 
+import dataclasses
 import functools
 import json
 import os
@@ -320,3 +321,14 @@ def remove_chunks(state_dir, select) -> list[str]:
         store.delete_range(ts.KvStore.KeyRange(key, key + "\x00")).result()
     assert removed, "no chunk matched"
     return removed
+
+
+@dataclasses.dataclass(frozen=True)
+class WideOptions:
+    """The options of a registered torso in the tests (`register_torso`): one width, checked."""
+
+    width: int = 16
+
+    def __post_init__(self):
+        if self.width < 1:
+            raise ValueError(f"width must be >= 1, got {self.width}")
